@@ -1,0 +1,56 @@
+#pragma once
+/// An open RDMA device (ibv_context) and the queries the rest of cordma needs
+/// from it: ports, GIDs, limits.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <infiniband/verbs.h>
+
+#include <cordma/error.hpp>
+
+namespace cordma {
+
+/// The names of the RDMA devices this host has ("rxe0", "mlx5_0", ...).
+std::vector<std::string> device_names();
+
+/// An open device. Shared: protection domains, completion queues and queue
+/// pairs keep the device they were made from alive.
+class device_context {
+public:
+    /// Opens `name`, or with an empty name the first device that has an
+    /// active port. Throws verbs_error naming the devices that do exist when
+    /// `name` is not one of them, or when no device has an active port.
+    static std::shared_ptr<device_context> open(std::string_view name = {});
+
+    ~device_context();
+    device_context(const device_context&) = delete;
+    device_context& operator=(const device_context&) = delete;
+
+    ibv_context* native_handle() const noexcept { return context_; }
+    const std::string& name() const noexcept { return name_; }
+    const ibv_device_attr& attributes() const noexcept { return attributes_; }
+
+    ibv_port_attr query_port(std::uint8_t port) const;
+    /// The lowest-numbered port in state ACTIVE, or 0 if none is.
+    std::uint8_t first_active_port() const;
+
+    ibv_gid query_gid(std::uint8_t port, int index) const;
+    /// The index of a RoCE v2 GID on `port` for addresses of `family`
+    /// (AF_INET: an IPv4-mapped GID; AF_INET6: any other non-link-local one,
+    /// else the link-local one). InfiniBand ports answer 0. Throws verbs_error
+    /// if the port has no such GID (e.g. no IP address on its netdev).
+    int find_gid_index(std::uint8_t port, int family) const;
+
+private:
+    device_context(ibv_context* context, std::string name);
+
+    ibv_context* context_;
+    std::string name_;
+    ibv_device_attr attributes_{};
+};
+
+}  // namespace cordma

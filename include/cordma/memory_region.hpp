@@ -1,0 +1,63 @@
+#pragma once
+/// A registered memory region (ibv_mr) and the description of a region a
+/// peer may access (remote_mr: address, length, rkey).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include <infiniband/verbs.h>
+
+#include <cordma/access.hpp>
+#include <cordma/protection_domain.hpp>
+
+namespace cordma {
+
+/// What a peer needs to read, write or use atomics on a region: a plain
+/// copyable value that travels over the wire. Owning nothing, it is only as
+/// valid as the peer's registration.
+struct remote_mr {
+    std::uint64_t address = 0;
+    std::uint64_t length = 0;
+    std::uint32_t rkey = 0;
+};
+
+/// Memory the caller owns, registered with a protection domain. Move-only;
+/// deregisters on destruction. The memory must outlive the registration and
+/// every operation that names it.
+class memory_region {
+public:
+    /// Registers [address, address + length) with `access` rights.
+    /// Throws verbs_error naming the length and the access on failure.
+    static memory_region register_memory(std::shared_ptr<protection_domain> pd, void* address,
+                                         std::size_t length, access_flags rights);
+
+    memory_region() = default;
+    memory_region(memory_region&& other) noexcept;
+    memory_region& operator=(memory_region&& other) noexcept;
+    ~memory_region();
+
+    ibv_mr* native_handle() const noexcept { return mr_; }
+    void* data() const noexcept { return mr_->addr; }
+    std::size_t size() const noexcept { return mr_->length; }
+    std::uint32_t lkey() const noexcept { return mr_->lkey; }
+    std::uint32_t rkey() const noexcept { return mr_->rkey; }
+    access_flags rights() const noexcept { return rights_; }
+    const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
+
+    /// This region as a peer sees it (the rkey is meaningful only if the
+    /// region was registered with remote rights).
+    remote_mr remote() const noexcept {
+        return {reinterpret_cast<std::uint64_t>(mr_->addr), mr_->length, mr_->rkey};
+    }
+
+private:
+    memory_region(std::shared_ptr<protection_domain> pd, ibv_mr* mr, access_flags rights)
+        : pd_(std::move(pd)), mr_(mr), rights_(rights) {}
+
+    std::shared_ptr<protection_domain> pd_;
+    ibv_mr* mr_ = nullptr;
+    access_flags rights_ = access_flags::none;
+};
+
+}  // namespace cordma

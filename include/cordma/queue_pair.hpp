@@ -1,0 +1,110 @@
+#pragma once
+/// A reliable-connected queue pair (ibv_qp, IBV_QPT_RC) and the endpoint
+/// description peers exchange to connect two of them by hand.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <infiniband/verbs.h>
+
+#include <cordma/access.hpp>
+#include <cordma/completion_queue.hpp>
+#include <cordma/protection_domain.hpp>
+
+namespace cordma {
+
+/// How many work requests and scatter/gather entries a QP can hold.
+struct qp_capacity {
+    std::uint32_t max_send_wr = 128;
+    std::uint32_t max_recv_wr = 128;
+    std::uint32_t max_send_sge = 4;
+    std::uint32_t max_recv_sge = 4;
+    std::uint32_t max_inline_data = 64;
+};
+
+/// What one side tells the other to connect a QP without rdma_cm.
+struct qp_endpoint {
+    std::uint32_t qpn = 0;
+    std::uint32_t psn = 0;
+    ibv_gid gid{};
+    std::uint16_t lid = 0;
+};
+
+/// Path and reliability settings used when a QP moves to RTR and RTS.
+struct qp_connect_options {
+    std::uint8_t port = 1;
+    int gid_index = 0;
+    /// Upper bound; the port's active MTU is used if smaller.
+    ibv_mtu mtu = IBV_MTU_4096;
+    /// Local ACK timeout: 4.096 us * 2^timeout (14: about 67 ms).
+    std::uint8_t timeout = 14;
+    std::uint8_t retry_count = 7;
+    /// Receiver-not-ready retries; 7 would mean "forever", so never the default.
+    std::uint8_t rnr_retry = 6;
+    /// Minimum RNR NAK timer code (12: 0.64 ms).
+    std::uint8_t min_rnr_timer = 12;
+    std::uint8_t max_rd_atomic = 16;
+    /// What the peer may do to memory through this QP.
+    access_flags remote_rights = access_flags::remote_write | access_flags::remote_read | access_flags::remote_atomic;
+};
+
+class queue_pair {
+public:
+    /// Creates an RC QP in state RESET. It keeps `pd` and both CQs alive.
+    static std::shared_ptr<queue_pair> create(std::shared_ptr<protection_domain> pd,
+                                              std::shared_ptr<completion_queue> send_cq,
+                                              std::shared_ptr<completion_queue> recv_cq,
+                                              const qp_capacity& capacity = {});
+
+    ~queue_pair();
+    queue_pair(const queue_pair&) = delete;
+    queue_pair& operator=(const queue_pair&) = delete;
+
+    ibv_qp* native_handle() const noexcept { return qp_; }
+    std::uint32_t qp_num() const noexcept { return qp_->qp_num; }
+    const qp_capacity& capacity() const noexcept { return capacity_; }
+    const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
+    const std::shared_ptr<completion_queue>& send_cq() const noexcept { return send_cq_; }
+    const std::shared_ptr<completion_queue>& recv_cq() const noexcept { return recv_cq_; }
+
+    /// This QP's endpoint on `port` with the GID at `gid_index`, and its
+    /// initial send PSN (random, chosen at creation).
+    qp_endpoint local_endpoint(std::uint8_t port, int gid_index) const;
+
+    /// RESET -> INIT -> RTR -> RTS towards `remote`. Throws verbs_error naming
+    /// the transition and the attribute values that were refused.
+    void connect(const qp_endpoint& remote, const qp_connect_options& options);
+
+    /// Moves the QP to ERROR: outstanding work requests complete with
+    /// IBV_WC_WR_FLUSH_ERR.
+    void to_error();
+
+    /// Posts one work request (or a chain). Throws verbs_error, e.g. ENOMEM
+    /// when the send queue is full.
+    void post_send(ibv_send_wr& wr) {
+        ibv_send_wr* bad = nullptr;
+        if (int rc = ibv_post_send(qp_, &wr, &bad); rc != 0) [[unlikely]]
+            throw_post_error("ibv_post_send", rc);
+    }
+    void post_recv(ibv_recv_wr& wr) {
+        ibv_recv_wr* bad = nullptr;
+        if (int rc = ibv_post_recv(qp_, &wr, &bad); rc != 0) [[unlikely]]
+            throw_post_error("ibv_post_recv", rc);
+    }
+
+private:
+    queue_pair(std::shared_ptr<protection_domain> pd, std::shared_ptr<completion_queue> send_cq,
+               std::shared_ptr<completion_queue> recv_cq, const qp_capacity& capacity);
+    [[noreturn]] void throw_post_error(const char* call, int rc) const;
+    void modify(ibv_qp_attr& attr, int mask, const char* transition, const std::string& details);
+
+    std::shared_ptr<protection_domain> pd_;
+    std::shared_ptr<completion_queue> send_cq_;
+    std::shared_ptr<completion_queue> recv_cq_;
+    qp_capacity capacity_;
+    ibv_qp* qp_ = nullptr;
+    std::uint32_t psn_ = 0;
+};
+
+}  // namespace cordma

@@ -1,0 +1,135 @@
+#include <cordma/queue_pair.hpp>
+
+#include <algorithm>
+#include <random>
+
+#include <cordma/detail/check.hpp>
+
+namespace cordma {
+
+namespace {
+
+std::uint32_t random_psn() {
+    static thread_local std::mt19937 generator{std::random_device{}()};
+    return generator() & 0xffffff;
+}
+
+}  // namespace
+
+queue_pair::queue_pair(std::shared_ptr<protection_domain> pd, std::shared_ptr<completion_queue> send_cq,
+                       std::shared_ptr<completion_queue> recv_cq, const qp_capacity& capacity)
+    : pd_(std::move(pd)), send_cq_(std::move(send_cq)), recv_cq_(std::move(recv_cq)), capacity_(capacity),
+      psn_(random_psn()) {}
+
+std::shared_ptr<queue_pair> queue_pair::create(std::shared_ptr<protection_domain> pd,
+                                               std::shared_ptr<completion_queue> send_cq,
+                                               std::shared_ptr<completion_queue> recv_cq,
+                                               const qp_capacity& capacity) {
+    std::shared_ptr<queue_pair> qp(new queue_pair(pd, send_cq, recv_cq, capacity));
+    ibv_qp_init_attr init{};
+    init.qp_context = qp.get();
+    init.send_cq = send_cq->native_handle();
+    init.recv_cq = recv_cq->native_handle();
+    init.qp_type = IBV_QPT_RC;
+    init.sq_sig_all = 0;
+    init.cap.max_send_wr = capacity.max_send_wr;
+    init.cap.max_recv_wr = capacity.max_recv_wr;
+    init.cap.max_send_sge = capacity.max_send_sge;
+    init.cap.max_recv_sge = capacity.max_recv_sge;
+    init.cap.max_inline_data = capacity.max_inline_data;
+    errno = 0;
+    qp->qp_ = detail::check_pointer(ibv_create_qp(pd->native_handle(), &init), [&] {
+        return "ibv_create_qp(device=" + pd->device()->name() + ", type=RC, max_send_wr=" +
+               std::to_string(capacity.max_send_wr) + ", max_recv_wr=" + std::to_string(capacity.max_recv_wr) +
+               ", max_send_sge=" + std::to_string(capacity.max_send_sge) + ", max_recv_sge=" +
+               std::to_string(capacity.max_recv_sge) + ", max_inline_data=" +
+               std::to_string(capacity.max_inline_data) + ")";
+    });
+    // The provider may round the capacities up; report what we really got.
+    qp->capacity_.max_send_wr = init.cap.max_send_wr;
+    qp->capacity_.max_recv_wr = init.cap.max_recv_wr;
+    qp->capacity_.max_send_sge = init.cap.max_send_sge;
+    qp->capacity_.max_recv_sge = init.cap.max_recv_sge;
+    qp->capacity_.max_inline_data = init.cap.max_inline_data;
+    return qp;
+}
+
+queue_pair::~queue_pair() {
+    if (qp_ != nullptr)
+        ibv_destroy_qp(qp_);
+}
+
+qp_endpoint queue_pair::local_endpoint(std::uint8_t port, int gid_index) const {
+    const auto& device = *pd_->device();
+    return {qp_num(), psn_, device.query_gid(port, gid_index), device.query_port(port).lid};
+}
+
+void queue_pair::modify(ibv_qp_attr& attr, int mask, const char* transition, const std::string& details) {
+    detail::check_errno_return(ibv_modify_qp(qp_, &attr, mask), [&] {
+        return std::string("ibv_modify_qp(qpn=") + std::to_string(qp_num()) + ", " + transition + ", " + details +
+               ")";
+    });
+}
+
+void queue_pair::connect(const qp_endpoint& remote, const qp_connect_options& options) {
+    const auto& device = *pd_->device();
+    ibv_port_attr port = device.query_port(options.port);
+
+    ibv_qp_attr init{};
+    init.qp_state = IBV_QPS_INIT;
+    init.pkey_index = 0;
+    init.port_num = options.port;
+    init.qp_access_flags = to_verbs(options.remote_rights);
+    modify(init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "RESET->INIT",
+           "port=" + std::to_string(options.port) + ", access=" + to_string(options.remote_rights));
+
+    ibv_qp_attr rtr{};
+    rtr.qp_state = IBV_QPS_RTR;
+    rtr.path_mtu = std::min(options.mtu, port.active_mtu);
+    rtr.dest_qp_num = remote.qpn;
+    rtr.rq_psn = remote.psn;
+    rtr.max_dest_rd_atomic = std::min<int>(options.max_rd_atomic, device.attributes().max_qp_rd_atom);
+    rtr.min_rnr_timer = options.min_rnr_timer;
+    rtr.ah_attr.dlid = remote.lid;
+    rtr.ah_attr.sl = 0;
+    rtr.ah_attr.src_path_bits = 0;
+    rtr.ah_attr.port_num = options.port;
+    // RoCE has no LIDs: route by GID. On InfiniBand a GRH is harmless within a subnet.
+    rtr.ah_attr.is_global = 1;
+    rtr.ah_attr.grh.dgid = remote.gid;
+    rtr.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(options.gid_index);
+    rtr.ah_attr.grh.hop_limit = 64;
+    modify(rtr,
+           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+               IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+           "INIT->RTR",
+           "dest_qpn=" + std::to_string(remote.qpn) + ", rq_psn=" + std::to_string(remote.psn) +
+               ", path_mtu=" + std::to_string(128 << rtr.path_mtu) + ", sgid_index=" +
+               std::to_string(options.gid_index) + ", dlid=" + std::to_string(remote.lid));
+
+    ibv_qp_attr rts{};
+    rts.qp_state = IBV_QPS_RTS;
+    rts.timeout = options.timeout;
+    rts.retry_cnt = options.retry_count;
+    rts.rnr_retry = options.rnr_retry;
+    rts.sq_psn = psn_;
+    rts.max_rd_atomic = std::min<int>(options.max_rd_atomic, device.attributes().max_qp_init_rd_atom);
+    modify(rts,
+           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+               IBV_QP_MAX_QP_RD_ATOMIC,
+           "RTR->RTS",
+           "timeout=" + std::to_string(options.timeout) + ", retry_cnt=" + std::to_string(options.retry_count) +
+               ", rnr_retry=" + std::to_string(options.rnr_retry));
+}
+
+void queue_pair::to_error() {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    modify(attr, IBV_QP_STATE, "->ERROR", "");
+}
+
+void queue_pair::throw_post_error(const char* call, int rc) const {
+    detail::throw_verbs_error(rc > 0 ? rc : EIO, std::string(call) + "(qpn=" + std::to_string(qp_num()) + ")");
+}
+
+}  // namespace cordma

@@ -1,0 +1,2 @@
+// Placeholder until the task machinery lands.
+#include <catch2/catch.hpp>
