@@ -10,8 +10,11 @@
 /// Catch std::system_error to handle every cordma error in one place; compare
 /// code() with std::errc values to tell them apart.
 
+#include <cstdint>
 #include <string>
 #include <system_error>
+
+#include <infiniband/verbs.h>
 
 namespace cordma {
 
@@ -22,4 +25,60 @@ public:
         : std::system_error(errno_value, std::generic_category(), call) {}
 };
 
+/// The category of work-completion statuses: value() is an ibv_wc_status,
+/// message() is ibv_wc_status_str.
+const std::error_category& work_completion_category() noexcept;
+
+inline std::error_code make_error_code(ibv_wc_status status) noexcept {
+    return {static_cast<int>(status), work_completion_category()};
+}
+
+/// An operation's work completion came back with an error status. Carries the
+/// status, the operation, the vendor's error code and the peer, e.g.
+///
+///     write to 10.77.0.1 (qpn 17): remote access error (status 10, vendor_err 0x0)
+class work_completion_error : public std::system_error {
+public:
+    work_completion_error(ibv_wc_status status, const char* operation, std::uint32_t vendor_error,
+                          const std::string& peer);
+
+    ibv_wc_status status() const noexcept { return static_cast<ibv_wc_status>(code().value()); }
+    const char* operation() const noexcept { return operation_; }
+    std::uint32_t vendor_error() const noexcept { return vendor_error_; }
+    const std::string& peer() const noexcept { return peer_; }
+    const char* what() const noexcept override { return message_.c_str(); }
+
+private:
+    std::string message_;
+    const char* operation_;
+    std::uint32_t vendor_error_;
+    std::string peer_;
+};
+
+/// An operation was cancelled (through its std::stop_token) before it
+/// completed. code() == std::errc::operation_canceled.
+class operation_cancelled : public std::system_error {
+public:
+    operation_cancelled(const char* operation, const std::string& peer)
+        : std::system_error(std::make_error_code(std::errc::operation_canceled),
+                            std::string(operation) + " to " + peer) {}
+};
+
+/// The connection is closed, by this side or the peer, or broken by an
+/// earlier error: the operation was not started. code() ==
+/// std::errc::not_connected.
+class disconnected_error : public std::system_error {
+public:
+    disconnected_error(const char* operation, const std::string& peer, const std::string& why)
+        : std::system_error(std::make_error_code(std::errc::not_connected)),
+          message_(std::string(operation) + " to " + peer + ": not connected: " + why) {}
+    const char* what() const noexcept override { return message_.c_str(); }
+
+private:
+    std::string message_;
+};
+
 }  // namespace cordma
+
+template <>
+struct std::is_error_code_enum<ibv_wc_status> : std::true_type {};

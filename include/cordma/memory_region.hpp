@@ -10,17 +10,9 @@
 
 #include <cordma/access.hpp>
 #include <cordma/protection_domain.hpp>
+#include <cordma/remote_mr.hpp>
 
 namespace cordma {
-
-/// What a peer needs to read, write or use atomics on a region: a plain
-/// copyable value that travels over the wire. Owning nothing, it is only as
-/// valid as the peer's registration.
-struct remote_mr {
-    std::uint64_t address = 0;
-    std::uint64_t length = 0;
-    std::uint32_t rkey = 0;
-};
 
 /// Memory the caller owns, registered with a protection domain. Move-only;
 /// deregisters on destruction. The memory must outlive the registration and

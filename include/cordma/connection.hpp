@@ -1,0 +1,207 @@
+#pragma once
+/// An RC connection and its awaitable operations.
+///
+/// Every operation follows one contract:
+/// - It starts when co_awaited, not when called; calling it only checks the
+///   arguments (slices are bounds-checked where they are made, and invalid
+///   arguments throw std::invalid_argument before anything is posted).
+/// - The awaiting coroutine is resumed on the event listener thread, inline,
+///   when the work completion arrives (run to completion: no thread hop).
+/// - Buffers: the operation shares ownership of the local regions it names
+///   until its completion (or flush) arrives, even if the awaiting coroutine
+///   is destroyed or cancelled first. Remote regions are the peer's business.
+/// - When the send (or receive) queue is full the operation waits, in FIFO
+///   order, for a free entry; it never fails for lack of room.
+/// - Failure: a failed work completion throws work_completion_error (status,
+///   operation, vendor error, peer); after one, the QP is in error, every
+///   pending operation completes with an error and new ones throw
+///   disconnected_error. A std::stop_token, when given, cancels the wait:
+///   the operation throws operation_cancelled, and its buffers stay alive
+///   until the hardware is done with them.
+/// - Allocation: none per operation on the listener thread. Awaiting from
+///   another thread hops to the listener once (one small allocation).
+
+#include <coroutine>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <utility>
+
+#include <cordma/error.hpp>
+#include <cordma/event_listener.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/queue_pair.hpp>
+#include <cordma/remote_mr.hpp>
+#include <cordma/detail/connection_state.hpp>
+#include <cordma/detail/operation.hpp>
+
+namespace cordma {
+
+/// What a receive got: how many bytes landed, and the immediate value if
+/// the sender attached one (send_with_imm, write_with_imm).
+struct recv_result {
+    std::size_t length = 0;
+    std::optional<std::uint32_t> imm;
+};
+
+namespace detail {
+
+void start_from_any_thread(operation_base* op);
+
+/// Runs on whichever thread requests the stop; hands the cancellation to the
+/// listener thread, where the operation's state lives.
+struct canceller {
+    operation_base* op;
+    std::uint64_t ticket;
+    void operator()() const noexcept;
+};
+
+std::uint64_t next_cancellation_ticket() noexcept;
+
+}  // namespace detail
+
+/// The awaitable every operation returns. `Result` is what co_await yields.
+template <class Result>
+class [[nodiscard]] operation : private detail::operation_base {
+public:
+    /// Movable until awaited (into when_all, a task parameter, ...); once
+    /// started, the listener points into it and it stays put in its frame.
+    operation(operation&& other) noexcept
+        : detail::operation_base(static_cast<detail::operation_base&&>(other)), token_(std::move(other.token_)) {}
+    operation(const operation&) = delete;
+    operation& operator=(const operation&) = delete;
+    ~operation() {
+        // A coroutine destroyed mid-operation: let go of the frame but not
+        // of the buffers (the slot keeps them until the completion).
+        if (!done && (slot != nullptr || waiting))
+            connection->abandon(this);
+    }
+
+    bool await_ready() const noexcept { return false; }
+    bool await_suspend(std::coroutine_handle<> h) {
+        continuation = h;
+        if (token_.stop_possible()) {
+            if (token_.stop_requested()) {
+                error = std::make_exception_ptr(operation_cancelled(detail::to_string(kind), connection->peer()));
+                done = true;
+                return false;
+            }
+            ticket = detail::next_cancellation_ticket();
+            cancel_callback_.emplace(token_, detail::canceller{this, ticket});
+        }
+        if (!connection->listener()->running_in_this_thread()) {
+            detail::start_from_any_thread(this);
+            return true;
+        }
+        return connection->start(this);
+    }
+    Result await_resume() {
+        cancel_callback_.reset();
+        rethrow_if_failed();
+        if constexpr (std::is_same_v<Result, recv_result>) {
+            return recv_result{byte_len, has_imm ? std::optional<std::uint32_t>(received_imm) : std::nullopt};
+        } else if constexpr (std::is_same_v<Result, std::uint64_t>) {
+            return old_value;
+        }
+    }
+
+private:
+    friend class connection;
+    struct arguments {
+        std::span<const local_slice> sg_list;
+        remote_mr remote{};
+        std::uint32_t imm = 0;
+        std::uint64_t compare_add = 0;
+        std::uint64_t swap = 0;
+    };
+    // Built in place (returned as a prvalue): an operation never moves, so
+    // nothing can point into a stale copy of it.
+    operation(detail::connection_state* state, detail::op_kind op_kind, std::stop_token token,
+              const arguments& args)
+        : token_(std::move(token)) {
+        connection = state;
+        kind = op_kind;
+        for (std::size_t i = 0; i < args.sg_list.size(); ++i)
+            local[i] = args.sg_list[i];
+        sge_count = static_cast<std::uint8_t>(args.sg_list.size());
+        remote = args.remote;
+        imm = args.imm;
+        compare_add = args.compare_add;
+        swap = args.swap;
+    }
+
+    std::stop_token token_;
+    std::optional<std::stop_callback<detail::canceller>> cancel_callback_;
+};
+
+/// A connected RC queue pair served by an event listener. A cheap handle:
+/// copies refer to the same connection; its resources go when the last copy
+/// and the last operation in flight are gone.
+class connection {
+public:
+    connection() = default;
+    /// Wraps a queue pair that is already connected (state RTS) and whose
+    /// CQs were made by `listener`. `peer` names the other side in errors.
+    static connection adopt(std::shared_ptr<event_listener> listener, std::shared_ptr<queue_pair> qp,
+                            std::string peer);
+
+    explicit operator bool() const noexcept { return state_ != nullptr; }
+    const std::string& peer() const noexcept { return state_->peer(); }
+    const std::shared_ptr<queue_pair>& qp() const noexcept { return state_->qp(); }
+    const std::shared_ptr<event_listener>& listener() const noexcept { return state_->listener(); }
+
+    /// SEND `local` to the peer's next posted receive.
+    operation<void> send(local_slice local, std::stop_token token = {});
+    /// SEND with a 32-bit immediate the receiver gets in recv_result::imm.
+    operation<void> send_with_imm(local_slice local, std::uint32_t imm, std::stop_token token = {});
+    /// Posts a receive into `local` and waits for the peer's SEND.
+    operation<recv_result> recv(local_slice local, std::stop_token token = {});
+    /// Posts a receive with several buffers, filled in order.
+    operation<recv_result> recv(std::span<const local_slice> sg_list, std::stop_token token = {});
+    /// Waits for the peer's write_with_imm (or a zero-length send_with_imm):
+    /// consumes a receive without a buffer, yields the immediate.
+    operation<recv_result> receive_write_imm(std::stop_token token = {});
+
+    /// RDMA WRITE `local` to `remote` (the sizes must match).
+    operation<void> write(local_slice local, remote_mr remote, std::stop_token token = {});
+    /// RDMA WRITE gathering several local slices into one remote range.
+    operation<void> write(std::span<const local_slice> sg_list, remote_mr remote, std::stop_token token = {});
+    /// RDMA WRITE with immediate: the peer's receive_write_imm yields `imm`.
+    operation<void> write_with_imm(local_slice local, remote_mr remote, std::uint32_t imm,
+                                   std::stop_token token = {});
+    /// RDMA READ `remote` into `local` (the sizes must match).
+    operation<void> read(local_slice local, remote_mr remote, std::stop_token token = {});
+    /// RDMA READ scattering one remote range into several local slices.
+    operation<void> read(std::span<const local_slice> sg_list, remote_mr remote, std::stop_token token = {});
+
+    /// Atomically adds `add` to the 8-byte word at `remote`; yields its old value.
+    operation<std::uint64_t> fetch_add(remote_mr remote, std::uint64_t add, std::stop_token token = {});
+    /// Atomically replaces the word at `remote` with `swap` if it equals
+    /// `compare`; yields its old value (equal to `compare` when it swapped).
+    operation<std::uint64_t> compare_swap(remote_mr remote, std::uint64_t compare, std::uint64_t swap,
+                                          std::stop_token token = {});
+
+    /// Moves the QP to ERROR: every pending operation completes with an error,
+    /// new ones throw disconnected_error. Thread-safe.
+    void shut_down();
+
+private:
+    explicit connection(std::shared_ptr<detail::connection_state> state) : state_(std::move(state)) {}
+    void check_sg_list(const char* call, std::span<const local_slice> sg_list, std::size_t limit) const;
+    void check_remote_size(const char* call, std::size_t local, const remote_mr& remote) const;
+    void check_atomic_target(const char* call, const remote_mr& remote) const;
+
+    std::shared_ptr<detail::connection_state> state_;
+};
+
+/// Two connections joined to each other on one device (loopback), both
+/// served by `listener`: for tests, examples and benchmarks.
+std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listener> listener,
+                                                   const qp_capacity& capacity = {},
+                                                   qp_connect_options options = {});
+
+}  // namespace cordma

@@ -1,0 +1,27 @@
+#pragma once
+/// What a work request's wr_id points to. The event listener casts wr_id
+/// back to this and calls on_complete: no lookup table, no lock, no virtual
+/// call through an object that might already be gone (targets are owned by
+/// connections, which outlive their in-flight work requests).
+
+#include <cstdint>
+
+#include <infiniband/verbs.h>
+
+namespace cordma::detail {
+
+struct completion_target {
+    void (*on_complete)(completion_target* self, const ibv_wc& wc) noexcept = nullptr;
+
+    std::uint64_t as_wr_id() noexcept { return reinterpret_cast<std::uintptr_t>(this); }
+    static completion_target* from_wr_id(std::uint64_t wr_id) noexcept {
+        return reinterpret_cast<completion_target*>(static_cast<std::uintptr_t>(wr_id));
+    }
+};
+
+/// What an io_uring submission's user_data points to.
+struct uring_target {
+    void (*on_ready)(uring_target* self, int result) noexcept = nullptr;
+};
+
+}  // namespace cordma::detail

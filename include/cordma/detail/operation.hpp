@@ -1,0 +1,90 @@
+#pragma once
+/// The machinery under every awaitable operation: the state an operation
+/// keeps in its coroutine frame, and the per-connection work slots its work
+/// requests point to.
+
+#include <array>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <memory>
+
+#include <infiniband/verbs.h>
+
+#include <cordma/detail/completion_target.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/remote_mr.hpp>
+
+namespace cordma::detail {
+
+class connection_state;
+struct operation_base;
+
+/// Scatter/gather entries one operation may carry (checked against the QP).
+inline constexpr std::size_t max_sges = 4;
+
+enum class op_kind : std::uint8_t {
+    send,
+    send_with_imm,
+    write,
+    write_with_imm,
+    read,
+    fetch_add,
+    compare_swap,
+    recv,
+};
+
+const char* to_string(op_kind kind) noexcept;
+constexpr bool is_receive(op_kind kind) noexcept { return kind == op_kind::recv; }
+
+/// A work request slot. Slots are preallocated per connection, one per
+/// send- or receive-queue entry, so holding one is holding a credit. A work
+/// request's wr_id points to its slot, never into a coroutine frame: if the
+/// coroutine goes away first, the slot is merely orphaned (op == nullptr) and
+/// keeps the buffers alive until the completion or flush arrives.
+struct work_slot : completion_target {
+    connection_state* owner = nullptr;
+    operation_base* op = nullptr;
+    work_slot* next_free = nullptr;
+    std::uint64_t ticket = 0;
+    std::array<std::shared_ptr<mr_block>, max_sges> keep_alive;
+    /// 8 registered bytes where an atomic's old value lands.
+    std::uint64_t* atomic_result = nullptr;
+    std::uint32_t atomic_lkey = 0;
+    bool receive = false;
+};
+
+/// The part of an operation's awaiter the connection drives. Lives in the
+/// coroutine frame; allocates nothing.
+struct operation_base {
+    connection_state* connection = nullptr;
+    op_kind kind = op_kind::send;
+    std::uint8_t sge_count = 0;
+    std::array<local_slice, max_sges> local;
+    remote_mr remote{};
+    std::uint32_t imm = 0;  // host order
+    std::uint64_t compare_add = 0;
+    std::uint64_t swap = 0;
+
+    std::coroutine_handle<> continuation;
+    work_slot* slot = nullptr;
+    operation_base* next_waiting = nullptr;
+    operation_base* prev_waiting = nullptr;
+    bool waiting = false;
+    std::uint64_t ticket = 0;
+
+    // Outcome.
+    bool done = false;
+    ibv_wc_status status = IBV_WC_SUCCESS;
+    std::uint32_t vendor_error = 0;
+    std::uint32_t byte_len = 0;
+    bool has_imm = false;
+    std::uint32_t received_imm = 0;
+    std::uint64_t old_value = 0;
+    std::exception_ptr error;
+
+    /// Throws the operation's error, if it failed.
+    void rethrow_if_failed() const;
+};
+
+}  // namespace cordma::detail

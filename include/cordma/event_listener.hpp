@@ -1,0 +1,136 @@
+#pragma once
+/// The event listener: one thread per device context that owns its completion
+/// queues, waits for their completion channel (and any other fd it is asked to
+/// watch) through io_uring, and resumes the coroutines whose operations
+/// completed, inline, on its own thread.
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <cordma/completion_queue.hpp>
+#include <cordma/device.hpp>
+#include <cordma/detail/completion_target.hpp>
+
+struct io_uring;
+
+namespace cordma {
+
+/// How the listener waits for completions.
+enum class polling_mode {
+    /// Arm the CQs and sleep in io_uring until the completion channel fires.
+    /// Lowest CPU; each wake-up costs a few microseconds.
+    event,
+    /// Poll the CQs in a loop, never sleeping. Lowest latency; one core busy.
+    busy,
+    /// Poll for `spin` after the last completion, then arm and sleep.
+    adaptive,
+};
+
+const char* to_string(polling_mode mode) noexcept;
+
+struct event_listener_options {
+    polling_mode mode = polling_mode::event;
+    /// Adaptive mode: how long to keep polling after the last completion.
+    std::chrono::microseconds spin{100};
+    /// Work completions taken from a CQ per ibv_poll_cq call.
+    unsigned batch = 32;
+};
+
+class event_listener : public std::enable_shared_from_this<event_listener> {
+public:
+    /// Starts the listener thread for `device`.
+    static std::shared_ptr<event_listener> start(std::shared_ptr<device_context> device,
+                                                 event_listener_options options = {});
+
+    /// The thread stops when the last shared_ptr from start() (held by the
+    /// user, and by every CQ and connection made through the listener) is
+    /// dropped; it is joined unless that happens on the listener thread itself.
+    ~event_listener();
+    event_listener(const event_listener&) = delete;
+    event_listener& operator=(const event_listener&) = delete;
+
+    const std::shared_ptr<device_context>& device() const noexcept { return device_; }
+    const event_listener_options& options() const noexcept { return options_; }
+
+    /// A completion queue served by this listener: each completion's wr_id
+    /// must point to a detail::completion_target, which is called on the
+    /// listener thread. The CQ keeps the listener alive, and is destroyed on
+    /// the listener thread (so no event for it can be in flight).
+    std::shared_ptr<completion_queue> create_cq(int entries);
+
+    /// Runs `fn` on the listener thread, soon, never inside this call (even
+    /// when called on the listener thread). Thread-safe. Allocates: for set-up,
+    /// cross-thread hand-offs and teardown, not for the per-operation path.
+    void post(std::function<void()> fn);
+
+    /// `co_await listener->schedule()` continues the coroutine on the
+    /// listener thread (always suspending, resumed from the posted queue).
+    /// After it, operations start without a thread hop.
+    auto schedule() noexcept {
+        struct awaiter {
+            event_listener* listener;
+            bool await_ready() const noexcept { return false; }
+            void await_suspend(std::coroutine_handle<> h) { listener->post([h] { h.resume(); }); }
+            void await_resume() const noexcept {}
+        };
+        return awaiter{this};
+    }
+
+    /// True when called from this listener's thread.
+    bool running_in_this_thread() const noexcept { return std::this_thread::get_id() == thread_id_; }
+
+    /// Asks the listener to call `target->on_ready(target, revents)` once `fd`
+    /// is readable (POLLIN). One shot: call again to keep watching. Listener
+    /// thread only; `target` must stay valid until called or the listener stops.
+    void watch_readable(int fd, detail::uring_target* target);
+
+    /// How many times the thread went to sleep in io_uring (for tests and
+    /// benchmarks of the polling modes).
+    std::uint64_t sleeps() const noexcept { return sleeps_.load(std::memory_order_relaxed); }
+
+private:
+    event_listener(std::shared_ptr<device_context> device, event_listener_options options);
+    struct handle;
+    void request_stop() noexcept;
+    void run() noexcept;
+    void run_loop();
+    bool drain(completion_queue& cq);
+    bool drain_all();
+    void arm_all();
+    void on_channel_ready();
+    void on_wakeup();
+    void run_posted();
+    void retire_cq(completion_queue* cq) noexcept;
+    void submit_poll(int fd, detail::uring_target* target);
+    unsigned reap_uring();
+
+    std::shared_ptr<device_context> device_;
+    event_listener_options options_;
+    std::shared_ptr<completion_channel> channel_;
+    std::unique_ptr<io_uring> ring_;
+    int wakeup_fd_ = -1;
+
+    struct channel_watch : detail::uring_target { event_listener* self; } channel_watch_{};
+    struct wakeup_watch : detail::uring_target { event_listener* self; } wakeup_watch_{};
+
+    // Listener thread only.
+    std::vector<completion_queue*> cqs_;
+    std::vector<ibv_wc> wcs_;
+
+    std::mutex posted_mutex_;
+    std::vector<std::function<void()>> posted_;
+    std::vector<std::function<void()>> running_;
+
+    std::atomic<bool> stopping_{false};
+    std::atomic<std::uint64_t> sleeps_{0};
+    std::thread thread_;
+    std::thread::id thread_id_;
+};
+
+}  // namespace cordma

@@ -1,0 +1,164 @@
+#pragma once
+/// Local memory regions: registered memory this process owns, handed out by a
+/// memory_pool (or wrapping a caller's own buffer), and slices of them.
+///
+/// Registering memory (ibv_reg_mr) pins pages and costs tens of microseconds,
+/// far too slow per operation. A memory_pool registers big chunks once and
+/// hands out aligned pieces of them. A local_mr is shared ownership of such a
+/// piece: the local_mr, its slices and every operation in flight that names
+/// them keep it alive, so the hardware never writes into memory that was
+/// handed to someone else, even if the coroutine that started the operation
+/// is gone.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include <cordma/access.hpp>
+#include <cordma/memory_region.hpp>
+#include <cordma/protection_domain.hpp>
+#include <cordma/remote_mr.hpp>
+
+namespace cordma {
+
+class memory_pool;
+
+namespace detail {
+
+/// One piece of registered memory.
+struct mr_block {
+    std::byte* data = nullptr;
+    std::size_t size = 0;
+    std::uint32_t lkey = 0;
+    std::uint32_t rkey = 0;
+    access_flags rights = access_flags::none;
+    // Where it came from: a pool chunk, or a registration of its own.
+    std::shared_ptr<memory_pool> pool;
+    std::size_t chunk = 0;
+    std::size_t offset = 0;
+    std::size_t reserved = 0;
+    memory_region own_registration;
+
+    mr_block() = default;
+    mr_block(const mr_block&) = delete;
+    mr_block& operator=(const mr_block&) = delete;
+    ~mr_block();
+};
+
+}  // namespace detail
+
+/// A byte range within a local region. Copyable; every copy keeps the
+/// region's memory alive.
+class local_slice {
+public:
+    local_slice() = default;
+    local_slice(std::shared_ptr<detail::mr_block> block, std::byte* data, std::size_t size) noexcept
+        : block_(std::move(block)), data_(data), size_(size) {}
+
+    std::byte* data() const noexcept { return data_; }
+    std::size_t size() const noexcept { return size_; }
+    std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+    std::uint32_t lkey() const noexcept { return block_->lkey; }
+    const std::shared_ptr<detail::mr_block>& block() const noexcept { return block_; }
+
+    /// A sub-range; std::out_of_range (naming the region, offset and length)
+    /// if it does not fit.
+    local_slice slice(std::size_t offset, std::size_t length) const;
+    local_slice slice(std::size_t offset) const { return slice(offset, offset <= size_ ? size_ - offset : 0); }
+
+    /// This range as the peer must name it (needs remote rights on the region).
+    remote_mr remote() const noexcept { return {reinterpret_cast<std::uint64_t>(data_), size_, block_->rkey}; }
+
+private:
+    std::shared_ptr<detail::mr_block> block_;
+    std::byte* data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+/// A local memory region: registered memory this process owns. Move-only;
+/// its slices (and operations in flight) share ownership of the memory.
+class local_mr {
+public:
+    local_mr() = default;
+    explicit local_mr(std::shared_ptr<detail::mr_block> block) noexcept : block_(std::move(block)) {}
+    local_mr(local_mr&&) noexcept = default;
+    local_mr& operator=(local_mr&&) noexcept = default;
+    local_mr(const local_mr&) = delete;
+    local_mr& operator=(const local_mr&) = delete;
+
+    explicit operator bool() const noexcept { return block_ != nullptr; }
+    std::byte* data() const noexcept { return block_->data; }
+    std::size_t size() const noexcept { return block_->size; }
+    std::span<std::byte> bytes() const noexcept { return {block_->data, block_->size}; }
+    std::uint32_t lkey() const noexcept { return block_->lkey; }
+    std::uint32_t rkey() const noexcept { return block_->rkey; }
+    access_flags rights() const noexcept { return block_->rights; }
+
+    /// The whole region as a slice; operations take slices.
+    local_slice all() const noexcept { return {block_, block_->data, block_->size}; }
+    operator local_slice() const noexcept { return all(); }
+    local_slice slice(std::size_t offset, std::size_t length) const { return all().slice(offset, length); }
+    local_slice slice(std::size_t offset) const { return all().slice(offset); }
+
+    /// The region as a peer must name it (needs remote rights).
+    remote_mr remote() const noexcept { return all().remote(); }
+
+private:
+    std::shared_ptr<detail::mr_block> block_;
+};
+
+/// Registers memory the caller owns as a local region. The caller keeps the
+/// memory valid until the local_mr, its slices and all operations naming
+/// them are gone.
+local_mr register_local_mr(std::shared_ptr<protection_domain> pd, void* data, std::size_t size,
+                           access_flags rights);
+
+/// Registered memory in big chunks, handed out as local regions.
+/// Thread-safe. Allocation is not on the per-operation path: allocate buffers
+/// once and reuse them.
+class memory_pool : public std::enable_shared_from_this<memory_pool> {
+public:
+    /// A pool whose chunks are registered with `rights` (local_write is
+    /// added: the verbs require it with remote write and atomics).
+    static std::shared_ptr<memory_pool> create(std::shared_ptr<protection_domain> pd,
+                                               access_flags rights = access_flags::all,
+                                               std::size_t chunk_size = 4 << 20);
+
+    ~memory_pool();
+
+    /// A region of `size` bytes aligned to `alignment` (a power of two, at
+    /// most 4096). Requests larger than the chunk size get a chunk of their
+    /// own. Throws std::invalid_argument for size 0 or a bad alignment, and
+    /// verbs_error when registration fails.
+    local_mr allocate(std::size_t size, std::size_t alignment = 64);
+
+    std::size_t bytes_in_use() const;
+    std::size_t chunk_count() const;
+    access_flags rights() const noexcept { return rights_; }
+    const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
+
+private:
+    friend struct detail::mr_block;
+    memory_pool(std::shared_ptr<protection_domain> pd, access_flags rights, std::size_t chunk_size);
+    void release(std::size_t chunk, std::size_t offset, std::size_t size) noexcept;
+
+    struct chunk {
+        std::byte* memory = nullptr;
+        std::size_t size = 0;
+        memory_region registration;
+        std::map<std::size_t, std::size_t> free;  // offset -> length, coalesced
+    };
+
+    std::shared_ptr<protection_domain> pd_;
+    access_flags rights_;
+    std::size_t chunk_size_;
+    mutable std::mutex mutex_;
+    std::vector<chunk> chunks_;
+    std::size_t bytes_in_use_ = 0;
+};
+
+}  // namespace cordma

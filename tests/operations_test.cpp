@@ -1,0 +1,329 @@
+// Awaitable operations over real rxe loopback connections, driven by the
+// event listener: bytes checked after every operation.
+
+#include <arpa/inet.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <cordma/connection.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+#include <cordma/when_all.hpp>
+
+#define CORDMA_DEFINE_ALLOCATION_COUNTER
+#include "support/allocation_counter.hpp"
+#include "support/rxe_device.hpp"
+
+using namespace cordma;
+
+namespace {
+
+struct fixture {
+    explicit fixture(polling_mode mode = polling_mode::event, qp_capacity capacity = {})
+        : listener(event_listener::start(test::open_test_device(), {.mode = mode})),
+          pool(memory_pool::create(protection_domain::create(listener->device()))) {
+        // The pool's PD must be the connections' PD: build the pair on it.
+        auto [a, b] = connect_on(pool->pd(), capacity);
+        client = a;
+        server = b;
+    }
+
+    std::pair<connection, connection> connect_on(std::shared_ptr<protection_domain> pd, qp_capacity capacity) {
+        auto make_qp = [&] {
+            int entries = static_cast<int>(capacity.max_send_wr + capacity.max_recv_wr);
+            return queue_pair::create(pd, listener->create_cq(entries), listener->create_cq(entries), capacity);
+        };
+        auto qa = make_qp();
+        auto qb = make_qp();
+        qp_connect_options options;
+        options.port = listener->device()->first_active_port();
+        options.gid_index = listener->device()->find_gid_index(options.port, AF_INET);
+        options.min_rnr_timer = 20;  // RNR test: wait ~10 ms per retry
+        qa->connect(qb->local_endpoint(options.port, options.gid_index), options);
+        qb->connect(qa->local_endpoint(options.port, options.gid_index), options);
+        return {connection::adopt(listener, qa, "server"), connection::adopt(listener, qb, "client")};
+    }
+
+    local_mr filled(std::size_t size, unsigned seed) {
+        local_mr mr = pool->allocate(size);
+        for (std::size_t i = 0; i < size; ++i)
+            mr.data()[i] = static_cast<std::byte>((i * 13 + seed) & 0xff);
+        return mr;
+    }
+
+    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<memory_pool> pool;
+    connection client;
+    connection server;
+};
+
+bool same_bytes(const local_slice& a, const local_slice& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("every operation moves real bytes", "[operations]") {
+    fixture f(GENERATE(polling_mode::event, polling_mode::busy, polling_mode::adaptive));
+    INFO("polling mode " << to_string(f.listener->options().mode));
+
+    SECTION("send lands in recv, with and without an immediate") {
+        local_mr out = f.filled(3000, 1);
+        local_mr in = f.pool->allocate(4096);
+        auto [got, got_imm] = sync_wait([&]() -> task<std::pair<recv_result, recv_result>> {
+            auto [first, second, sent, sent_imm] = co_await when_all(
+                f.server.recv(in.slice(0, 4000)), f.server.recv(in.slice(0, 4000)), f.client.send(out.slice(0, 10)),
+                f.client.send_with_imm(out.all(), 0xdeadbeef));
+            (void)sent;
+            (void)sent_imm;
+            co_return std::pair{first, second};
+        }());
+        CHECK(got.length == 10);
+        CHECK_FALSE(got.imm.has_value());
+        CHECK(got_imm.length == 3000);
+        REQUIRE(got_imm.imm.has_value());
+        CHECK(*got_imm.imm == 0xdeadbeef);
+        CHECK(same_bytes(in.slice(0, 3000), out.all()));
+    }
+
+    SECTION("write, write_with_imm and read") {
+        local_mr source = f.filled(8192, 2);
+        local_mr target = f.pool->allocate(8192);
+        local_mr back = f.pool->allocate(8192);
+        auto imm = sync_wait([&]() -> task<recv_result> {
+            co_await f.client.write(source.slice(0, 4096), target.remote().slice(0, 4096));
+            auto [r, w] = co_await when_all(f.server.receive_write_imm(),
+                                            f.client.write_with_imm(source.slice(4096), target.remote().slice(4096), 42));
+            (void)w;
+            co_await f.client.read(back.all(), target.remote());
+            co_return r;
+        }());
+        CHECK(same_bytes(target.all(), source.all()));
+        CHECK(same_bytes(back.all(), source.all()));
+        CHECK(imm.imm == std::optional<std::uint32_t>(42));
+        CHECK(imm.length == 4096);
+    }
+
+    SECTION("scatter/gather lists gather on write and scatter on read and recv") {
+        local_mr a = f.filled(100, 3), b = f.filled(200, 4), target = f.pool->allocate(300);
+        local_mr x = f.pool->allocate(150), y = f.pool->allocate(150);
+        sync_wait([&]() -> task<void> {
+            local_slice gather[] = {a.all(), b.all()};
+            co_await f.client.write(gather, target.remote());
+            local_slice scatter[] = {x.all(), y.all()};
+            co_await f.client.read(scatter, target.remote());
+        }());
+        CHECK(std::memcmp(target.data(), a.data(), 100) == 0);
+        CHECK(std::memcmp(target.data() + 100, b.data(), 200) == 0);
+        CHECK(std::memcmp(x.data(), target.data(), 150) == 0);
+        CHECK(std::memcmp(y.data(), target.data() + 150, 150) == 0);
+    }
+
+    SECTION("atomics return the old value") {
+        local_mr word = f.pool->allocate(16);
+        std::uint64_t start = 1000;
+        std::memcpy(word.data(), &start, 8);
+        auto [old1, old2, failed_swap, swapped] = sync_wait([&]() -> task<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>> {
+            std::uint64_t o1 = co_await f.client.fetch_add(word.remote(), 5);
+            std::uint64_t o2 = co_await f.client.fetch_add(word.remote(), 7);
+            std::uint64_t o3 = co_await f.client.compare_swap(word.remote(), 1, 99);
+            std::uint64_t o4 = co_await f.client.compare_swap(word.remote(), 1012, 77);
+            co_return std::tuple{o1, o2, o3, o4};
+        }());
+        CHECK(old1 == 1000);
+        CHECK(old2 == 1005);
+        CHECK(failed_swap == 1012);
+        CHECK(swapped == 1012);
+        std::uint64_t now;
+        std::memcpy(&now, word.data(), 8);
+        CHECK(now == 77);
+    }
+}
+
+TEST_CASE("bad arguments are refused before anything is posted", "[operations]") {
+    fixture f;
+    local_mr mr = f.pool->allocate(64);
+    CHECK_THROWS_WITH(mr.slice(60, 8), Catch::Contains("offset=60, length=8") && Catch::Contains("out of range"));
+    CHECK_THROWS_WITH(mr.remote().slice(65), Catch::Contains("remote_mr{") && Catch::Contains("offset=65"));
+    CHECK_THROWS_AS((void)f.client.fetch_add(mr.remote().slice(4), 1), std::invalid_argument);
+    CHECK_THROWS_WITH((void)f.client.write(mr.slice(0, 10), mr.remote()),
+                      Catch::Contains("local length 10 differs"));
+    local_mr empty;
+    CHECK_THROWS_AS((void)f.client.send(local_slice{}), std::invalid_argument);
+    // Nothing reached the wire: the connection still works.
+    local_mr in = f.pool->allocate(64);
+    auto r = sync_wait(when_all(f.server.recv(in.all()), f.client.send(mr.all())));
+    CHECK(std::get<0>(r).length == 64);
+}
+
+TEST_CASE("1,000 concurrent coroutines share a send queue of 64", "[operations]") {
+    qp_capacity capacity;
+    capacity.max_send_wr = 64;
+    fixture f(polling_mode::event, capacity);
+    REQUIRE(f.client.qp()->capacity().max_send_wr < 1000);
+    constexpr std::size_t count = 1000;
+    local_mr source = f.filled(count * 8, 5);
+    local_mr target = f.pool->allocate(count * 8);
+    std::vector<task<void>> writers;
+    for (std::size_t i = 0; i < count; ++i)
+        writers.push_back([](connection c, local_slice from, remote_mr to) -> task<void> {
+            co_await c.write(from, to);
+        }(f.client, source.slice(i * 8, 8), target.remote().slice(i * 8, 8)));
+    sync_wait(when_all(std::move(writers)));
+    CHECK(same_bytes(target.all(), source.all()));
+}
+
+TEST_CASE("recv may be posted before or after the matching send", "[operations]") {
+    fixture f;
+    local_mr out = f.filled(512, 6);
+    local_mr in = f.pool->allocate(512);
+    SECTION("before") {
+        auto r = sync_wait(when_all(f.server.recv(in.all()), f.client.send(out.all())));
+        CHECK(std::get<0>(r).length == 512);
+    }
+    SECTION("after: the sender retries on receiver-not-ready") {
+        auto r = sync_wait([&]() -> task<recv_result> {
+            auto late_recv = [&]() -> task<recv_result> {
+                // Let the send reach the receiver first (RNR NAK), then post.
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                co_return co_await f.server.recv(in.all());
+            };
+            auto [sent, got] = co_await when_all(f.client.send(out.all()), late_recv());
+            (void)sent;
+            co_return got;
+        }());
+        CHECK(r.length == 512);
+    }
+    CHECK(same_bytes(in.all(), out.all()));
+}
+
+TEST_CASE("a write to a bad rkey fails with a remote access error and flushes the rest", "[operations]") {
+    fixture f;
+    local_mr source = f.filled(64, 7);
+    local_mr target = f.pool->allocate(64);
+    remote_mr bad = target.remote();
+    bad.rkey ^= 0x5a5a;
+    auto attempt = [](operation<void> op) -> task<std::string> {
+        try {
+            co_await std::move(op);
+            co_return "ok";
+        } catch (const work_completion_error& e) {
+            co_return std::string(ibv_wc_status_str(e.status())) + "|" + e.what();
+        }
+    };
+    auto results = sync_wait([&]() -> task<std::vector<std::string>> {
+        // Post all nine back to back from the listener thread, so they are
+        // on the wire together when the first one fails.
+        co_await f.listener->schedule();
+        std::vector<task<std::string>> tasks;
+        tasks.push_back(attempt(f.client.write(source.all(), bad)));
+        for (int i = 0; i < 8; ++i)
+            tasks.push_back(attempt(f.client.write(source.all(), target.remote())));
+        co_return co_await when_all(std::move(tasks));
+    }());
+    INFO(results[0]);
+    CHECK_THAT(results[0], Catch::StartsWith("remote access error|write to server: remote access error"));
+    for (std::size_t i = 1; i < results.size(); ++i)
+        CHECK_THAT(results[i], Catch::StartsWith("Work Request Flushed Error"));
+    // New operations fail at once, naming why.
+    CHECK_THROWS_WITH(sync_wait(f.client.write(source.all(), target.remote())),
+                      "write to server: not connected: an earlier write failed with remote access error (status 10)");
+}
+
+TEST_CASE("a cancelled receive keeps its buffer alive until the hardware is done", "[operations]") {
+    fixture f;
+    std::size_t baseline = f.pool->bytes_in_use();
+    std::stop_source stop;
+    std::atomic<bool> posted{false};
+    auto waiter = [&]() -> task<void> {
+        local_mr buffer = f.pool->allocate(256);
+        posted = true;
+        co_await f.server.recv(buffer.all(), stop.get_token());
+    };
+    std::thread canceller([&] {
+        while (!posted)
+            std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        stop.request_stop();
+    });
+    CHECK_THROWS_AS(sync_wait(waiter()), operation_cancelled);
+    canceller.join();
+    // The coroutine and its local_mr are gone; the posted receive still owns the memory.
+    CHECK(f.pool->bytes_in_use() == baseline + 256);
+    // The peer's send lands in the orphaned receive; its completion frees it.
+    local_mr out = f.filled(256, 8);
+    sync_wait(f.client.send(out.all()));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (f.pool->bytes_in_use() != baseline + 256 - 256 + 256 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // `out` is still held here: only the receive buffer came back.
+    CHECK(f.pool->bytes_in_use() == baseline + 256);
+}
+
+TEST_CASE("steady-state operations allocate nothing", "[operations][allocation]") {
+    fixture f;
+    local_mr source = f.filled(64, 9);
+    local_mr target = f.pool->allocate(64);
+    local_mr in = f.pool->allocate(64);
+    auto allocations = sync_wait([&]() -> task<std::uint64_t> {
+        // The first await hops onto the listener thread; from then on we run there.
+        co_await f.client.write(source.all(), target.remote());
+        REQUIRE(f.listener->running_in_this_thread());
+        testing::allocation_counter counter;
+        for (int i = 0; i < 1000; ++i) {
+            co_await f.client.write(source.all(), target.remote());
+            co_await f.client.read(in.all(), target.remote());
+            (void)co_await f.client.fetch_add(target.remote(), 1);
+        }
+        co_return counter.all_threads().allocations;
+    }());
+    CHECK(allocations == 0);
+}
+
+namespace {
+
+double cpu_ms_while_idle(std::chrono::milliseconds idle) {
+    timespec before{}, after{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &before);
+    std::this_thread::sleep_for(idle);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &after);
+    return (after.tv_sec - before.tv_sec) * 1e3 + (after.tv_nsec - before.tv_nsec) / 1e6;
+}
+
+}  // namespace
+
+TEST_CASE("the polling modes sleep as documented", "[operations][polling]") {
+    auto sleeps_during = [](fixture& f, int writes) {
+        local_mr source = f.filled(64, 10);
+        local_mr target = f.pool->allocate(64);
+        return sync_wait([&]() -> task<std::uint64_t> {
+            co_await f.client.write(source.all(), target.remote());
+            auto before = f.listener->sleeps();
+            for (int i = 0; i < writes; ++i)
+                co_await f.client.write(source.all(), target.remote());
+            co_return f.listener->sleeps() - before;
+        }());
+    };
+    SECTION("event mode sleeps whenever nothing is pending") {
+        fixture f(polling_mode::event);
+        (void)sleeps_during(f, 10);
+        CHECK(cpu_ms_while_idle(std::chrono::milliseconds(300)) < 100);
+    }
+    SECTION("busy mode never sleeps, and spins while idle") {
+        fixture f(polling_mode::busy);
+        CHECK(sleeps_during(f, 100) == 0);
+        CHECK(cpu_ms_while_idle(std::chrono::milliseconds(300)) > 150);
+    }
+    SECTION("adaptive mode spins while busy and sleeps once idle") {
+        fixture f(polling_mode::adaptive);
+        CHECK(sleeps_during(f, 100) <= 5);
+        CHECK(cpu_ms_while_idle(std::chrono::milliseconds(300)) < 100);
+    }
+}
