@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <coroutine>
+#include <future>
 #include <cstring>
 #include <stop_token>
 #include <thread>
@@ -261,9 +263,9 @@ TEST_CASE("a cancelled receive keeps its buffer alive until the hardware is done
     local_mr out = f.filled(256, 8);
     sync_wait(f.client.send(out.all()));
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (f.pool->bytes_in_use() != baseline + 256 - 256 + 256 && std::chrono::steady_clock::now() < deadline)
+    // `out` (256 bytes) is still held; the receive's 256 bytes came back.
+    while (f.pool->bytes_in_use() != baseline + 256 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    // `out` is still held here: only the receive buffer came back.
     CHECK(f.pool->bytes_in_use() == baseline + 256);
 }
 
@@ -326,4 +328,52 @@ TEST_CASE("the polling modes sleep as documented", "[operations][polling]") {
         CHECK(sleeps_during(f, 100) <= 5);
         CHECK(cpu_ms_while_idle(std::chrono::milliseconds(300)) < 100);
     }
+}
+
+namespace {
+
+// A bare coroutine that starts eagerly and is destroyed from outside while
+// suspended: what happens to a task whose owner gives up on it.
+struct eager_coroutine {
+    struct promise_type {
+        eager_coroutine get_return_object() { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
+        std::suspend_never initial_suspend() noexcept { return {}; }
+        std::suspend_always final_suspend() noexcept { return {}; }
+        void return_void() noexcept {}
+        void unhandled_exception() noexcept { std::terminate(); }
+    };
+    std::coroutine_handle<promise_type> handle;
+};
+
+}  // namespace
+
+TEST_CASE("a coroutine destroyed mid-receive leaves the buffer to the hardware until it is done", "[operations]") {
+    fixture f;
+    std::size_t baseline = f.pool->bytes_in_use();
+    std::promise<std::coroutine_handle<>> started;
+    f.listener->post([&] {
+        auto c = [](fixture& fx) -> eager_coroutine {
+            local_mr buffer = fx.pool->allocate(512);
+            co_await fx.server.recv(buffer.all());
+            FAIL("resumed after being destroyed");
+        }(f);
+        started.set_value(c.handle);
+    });
+    std::coroutine_handle<> handle = started.get_future().get();
+    CHECK(f.pool->bytes_in_use() == baseline + 512);
+    std::promise<void> destroyed;
+    f.listener->post([&] {
+        handle.destroy();
+        destroyed.set_value();
+    });
+    destroyed.get_future().get();
+    // Frame gone, local_mr gone: the posted receive still owns the memory.
+    CHECK(f.pool->bytes_in_use() == baseline + 512);
+    local_mr out = f.filled(512, 11);
+    std::size_t with_out = f.pool->bytes_in_use();
+    sync_wait(f.client.send(out.all()));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (f.pool->bytes_in_use() != with_out - 512 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(f.pool->bytes_in_use() == with_out - 512);
 }
