@@ -16,7 +16,7 @@
 namespace cordma::detail {
 
 /// Writes "<context>: <what()>" to stderr. For last words before
-/// std::terminate, so it allocates nothing and never throws.
+/// std::terminate, so it never throws and uses no iostreams.
 inline void print_exception(const char* context, const std::exception_ptr& error) noexcept {
     if (!error) {
         std::fprintf(stderr, "%s\n", context);
