@@ -13,6 +13,7 @@
 #include <coroutine>
 #include <csignal>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <functional>
@@ -235,9 +236,10 @@ child_exit run_in_child_process(Body body) {
 }
 
 // ---------------------------------------------------------------------------
-// Coroutines under test. Free functions, not capturing lambdas: a lazy task
-// outlives the full-expression that created it, and a lambda's captures would
-// not.
+// Coroutines under test: free functions, or lambdas that take everything as
+// parameters. Never capturing lambdas: a lazy task outlives the
+// full-expression that created it, and the lambda object holding the captures
+// would not.
 
 task<int> answer() { co_return 42; }
 
@@ -339,7 +341,8 @@ task<int> wait_holding_counted(counted c, fake_completion& source) { co_return c
 // coroutine's body. AddressSanitizer's stack instrumentation makes such calls
 // ineligible, so under ASan these stack-depth tests would measure the
 // sanitizer, not cordma; the coroutines they drive opt out of it (heap checks
-// stay on).
+// stay on). ThreadSanitizer's function hooks rule the tail calls out too: run
+// TSan builds with the test spec ~[stack].
 #define CORDMA_TEST_KEEP_TAIL_CALLS __attribute__((no_sanitize_address))
 
 CORDMA_TEST_KEEP_TAIL_CALLS task<int> one() { co_return 1; }
@@ -594,8 +597,8 @@ TEST_CASE("when_all starts every child before waiting for any", "[when_all]") {
     fake_completion second;
     std::tuple<int, int> results;
     outcome out;
-    start([](fake_completion& a, fake_completion& b, std::tuple<int, int>& results) -> task<> {
-        results = co_await when_all(wait_for(a), wait_for(b));
+    start([](fake_completion& a, fake_completion& b, std::tuple<int, int>& into) -> task<> {
+        into = co_await when_all(wait_for(a), wait_for(b));
     }(first, second, results), out);
 
     // Both children ran up to their suspension; the awaiter waits for both.
@@ -684,11 +687,11 @@ TEST_CASE("when_all of a vector yields a vector of results in order", "[when_all
         fake_completion sources[3];
         std::vector<int> results;
         outcome out;
-        start([](fake_completion* s, std::vector<int>& results) -> task<> {
+        start([](fake_completion* s, std::vector<int>& into) -> task<> {
             std::vector<task<int>> tasks;
             for (int i = 0; i < 3; ++i)
                 tasks.push_back(wait_for(s[i]));
-            results = co_await when_all(std::move(tasks));
+            into = co_await when_all(std::move(tasks));
         }(sources, results), out);
         CHECK((sources[0].has_waiter() && sources[1].has_waiter() && sources[2].has_waiter()));
         sources[2].complete(30);
@@ -804,9 +807,9 @@ TEST_CASE("task_group::join resumes once every spawned task has finished", "[tas
             thread_hopper hopper;
             std::atomic<int> finished{0};
             for (int i = 0; i < 8; ++i)
-                group.spawn([](thread_hopper& h, std::atomic<int>& finished) -> task<> {
+                group.spawn([](thread_hopper& h, std::atomic<int>& count) -> task<> {
                     co_await h.hop();
-                    ++finished;
+                    ++count;
                 }(hopper, finished));
             sync_wait(group.join());
             REQUIRE(finished == 8);
@@ -991,18 +994,51 @@ TEST_CASE("an on_error that throws terminates the program", "[spawn_detached]") 
 // Allocations. Counts are read into locals before any CHECK: Catch itself may
 // allocate.
 
+namespace {
+
+/// Matches a count of coroutine frame allocations (or deallocations). GCC
+/// allocates every frame it is asked for; Clang may elide a frame's allocation
+/// when it can see the frame never outlives its creator (HALO). So the count
+/// is exact under GCC and an upper bound under Clang.
+class frame_count : public Catch::MatcherBase<std::uint64_t> {
+public:
+    explicit frame_count(std::uint64_t expected) : expected_(expected) {}
+
+    bool match(const std::uint64_t& actual) const override {
+#if defined(__clang__)
+        return actual <= expected_;
+#else
+        return actual == expected_;
+#endif
+    }
+
+    std::string describe() const override {
+#if defined(__clang__)
+        return "is at most " + std::to_string(expected_) + " (Clang may elide frames)";
+#else
+        return "is exactly " + std::to_string(expected_);
+#endif
+    }
+
+private:
+    std::uint64_t expected_;
+};
+
+}  // namespace
+
 TEST_CASE("a task allocates its frame when created and nothing after that", "[task][allocation]") {
-    SECTION("creating a task allocates exactly one frame, destroying it frees it") {
+    SECTION("creating a task allocates one frame, destroying it frees it") {
         allocation_counter counter;
+        cordma::testing::allocation_stats created;
         {
             auto t = answer();
-            const auto created = counter.this_thread();
-            CHECK(created.allocations == 1);
-            CHECK(created.deallocations == 0);
+            created = counter.this_thread();
         }
         const auto destroyed = counter.this_thread();
-        CHECK(destroyed.allocations == 1);
-        CHECK(destroyed.deallocations == 1);
+        CHECK_THAT(created.allocations, frame_count(1));
+        CHECK(created.deallocations == 0);
+        CHECK_THAT(destroyed.allocations, frame_count(1));
+        CHECK(destroyed.deallocations == destroyed.allocations);
     }
 
     SECTION("awaiting created tasks and resuming them 1,000 times allocates nothing") {
@@ -1024,10 +1060,10 @@ TEST_CASE("a task allocates its frame when created and nothing after that", "[ta
             source.complete(1);
         const auto resumed = resuming.this_thread();
 
-        CHECK(created.allocations == 3);   // one frame per task
-        CHECK(started.allocations == 1);   // spawn_detached's own driver frame
-        CHECK(resumed.allocations == 0);   // 1,000 resumptions
-        CHECK(resumed.deallocations == 4); // every frame freed at the end
+        CHECK_THAT(created.allocations, frame_count(3));  // one frame per task
+        CHECK_THAT(started.allocations, frame_count(1));  // spawn_detached's own driver
+        CHECK(resumed.allocations == 0);                  // 1,000 resumptions
+        CHECK(resumed.deallocations == created.allocations + started.allocations);  // all freed
         CHECK(result == 1001);
     }
 
@@ -1062,9 +1098,9 @@ TEST_CASE("when_all and task_group cost one driver frame per child, sync_wait on
         auto second = value(2);
         allocation_counter counter;
         const auto results = sync_wait(when_all(std::move(first), std::move(second)));
-        const auto counted_now = counter.this_thread();
-        CHECK(counted_now.allocations == 3);    // sync_wait's driver, one per child
-        CHECK(counted_now.deallocations == 5);  // those three, and both tasks
+        const auto spent = counter.this_thread();
+        CHECK_THAT(spent.allocations, frame_count(3));        // sync_wait's driver, one per child
+        CHECK(spent.deallocations == spent.allocations + 2);  // those, and both tasks
         CHECK(results == std::tuple{1, 2});
     }
     SECTION("task_group::spawn") {
@@ -1073,9 +1109,10 @@ TEST_CASE("when_all and task_group cost one driver frame per child, sync_wait on
         task_group group;
         allocation_counter counter;
         group.spawn(std::move(member));
-        const auto counted_now = counter.this_thread();
-        CHECK(counted_now.allocations == 1);
-        CHECK(counted_now.deallocations == 2);  // the driver and the member, both finished
+        const auto spent = counter.this_thread();
+        CHECK_THAT(spent.allocations, frame_count(1));
+        CHECK(spent.deallocations == spent.allocations + 1);  // the driver and the member, both finished
+        CHECK(ran);
         sync_wait(group.join());
     }
 }
