@@ -48,6 +48,12 @@ completion_queue::~completion_queue() {
         ibv_destroy_cq(cq_);
 }
 
+void completion_queue::resize(int entries) {
+    detail::check_errno_return(ibv_resize_cq(cq_, entries), [&] {
+        return "ibv_resize_cq(device=" + device_->name() + ", entries=" + std::to_string(entries) + ")";
+    });
+}
+
 void completion_queue::request_notify(bool solicited_only) {
     detail::check_errno_return(ibv_req_notify_cq(cq_, solicited_only ? 1 : 0), [&] {
         return "ibv_req_notify_cq(device=" + device_->name() + ")";

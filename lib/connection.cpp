@@ -293,6 +293,11 @@ void connection_state::fail_waiters() noexcept {
     }
 }
 
+void connection_state::set_transport(std::shared_ptr<transport> t) {
+    transport_ = std::move(t);
+    transport_->attach(weak_from_this());
+}
+
 void connection_state::shut_down(const std::string& why) noexcept {
     if (!broken_)
         mark_broken(why);
@@ -316,6 +321,14 @@ void connection::shut_down() {
         state->shut_down("connection shut down by this side");
     else
         state->listener()->post([state] { state->shut_down("connection shut down by this side"); });
+}
+
+task<void> connection::close() {
+    auto state = state_;
+    co_await state->listener()->schedule();
+    if (!state->broken() && state->get_transport())
+        co_await state->get_transport()->close();
+    state->shut_down("connection closed by this side");
 }
 
 void connection::check_sg_list(const char* call, std::span<const local_slice> sg_list, std::size_t limit) const {

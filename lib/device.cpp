@@ -1,5 +1,6 @@
 #include <cordma/device.hpp>
 
+#include <rdma/rdma_cma.h>
 #include <sys/socket.h>
 
 #include <cstring>
@@ -55,22 +56,26 @@ std::vector<std::string> device_names() {
     return names;
 }
 
+// Devices are opened through librdmacm, which keeps one ibv_context per device
+// for the whole process: a PD made on it can then back QPs that rdma_cm
+// creates on its ids (rdma_create_qp insists on the id's own context).
 std::shared_ptr<device_context> device_context::open(std::string_view name) {
     int count = 0;
-    auto list = get_device_list(count);
+    errno = 0;
+    ibv_context** contexts = rdma_get_devices(&count);
+    if (contexts == nullptr)
+        detail::throw_verbs_error(errno != 0 ? errno : ENODEV,
+                                  "rdma_get_devices(): no RDMA device; devices here: " + join(device_names()));
+    std::unique_ptr<ibv_context*, void (*)(ibv_context**)> list(contexts, rdma_free_devices);
     std::vector<std::string> names;
     for (int i = 0; i < count; ++i) {
-        std::string device_name = ibv_get_device_name(list[i]);
+        ibv_context* context = contexts[i];
+        std::string device_name = ibv_get_device_name(context->device);
         names.push_back(device_name);
         if (!name.empty() && device_name != name)
             continue;
-        ibv_context* context = detail::check_pointer(ibv_open_device(list[i]), [&] {
-            return "ibv_open_device(device=" + device_name + ")";
-        });
-        if (name.empty() && !has_active_port(context)) {
-            ibv_close_device(context);
+        if (name.empty() && !has_active_port(context))
             continue;
-        }
         return std::shared_ptr<device_context>(new device_context(context, device_name));
     }
     if (!name.empty())
@@ -81,16 +86,19 @@ std::shared_ptr<device_context> device_context::open(std::string_view name) {
                                   join(names));
 }
 
+std::shared_ptr<device_context> device_context::from_native(ibv_context* context) {
+    return std::shared_ptr<device_context>(new device_context(context, ibv_get_device_name(context->device)));
+}
+
 device_context::device_context(ibv_context* context, std::string name)
     : context_(context), name_(std::move(name)) {
     int rc = ibv_query_device(context_, &attributes_);
-    if (rc != 0) {
-        ibv_close_device(context_);
+    if (rc != 0)
         detail::throw_verbs_error(rc, "ibv_query_device(device=" + name_ + ")");
-    }
 }
 
-device_context::~device_context() { ibv_close_device(context_); }
+// librdmacm owns the context and closes it at exit.
+device_context::~device_context() = default;
 
 ibv_port_attr device_context::query_port(std::uint8_t port) const {
     ibv_port_attr attr{};

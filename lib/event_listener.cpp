@@ -1,11 +1,15 @@
 #include <cordma/event_listener.hpp>
 
 #include <liburing.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <rdma/rdma_cma.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <future>
 
@@ -79,6 +83,8 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
 }
 
 event_listener::~event_listener() {
+    if (cm_channel_ != nullptr)
+        rdma_destroy_event_channel(cm_channel_);
     io_uring_queue_exit(ring_.get());
     close(wakeup_fd_);
 }
@@ -106,6 +112,89 @@ std::shared_ptr<completion_queue> event_listener::create_cq(int entries) {
             holder->reset();
         });
     });
+}
+
+rdma_event_channel* event_listener::cm_channel() {
+    std::call_once(cm_once_, [this] {
+        errno = 0;
+        rdma_event_channel* channel = detail::check_pointer(rdma_create_event_channel(), [] {
+            return std::string("rdma_create_event_channel(): is the rdma_ucm module loaded?");
+        });
+        int flags = fcntl(channel->fd, F_GETFL);
+        if (flags == -1 || fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) == -1) {
+            int saved = errno;
+            rdma_destroy_event_channel(channel);
+            detail::throw_verbs_error(saved, "fcntl(rdma_cm event channel fd, O_NONBLOCK)");
+        }
+        cm_channel_ = channel;
+        cm_watch_.self = this;
+        cm_watch_.on_ready = [](detail::uring_target* t, int) noexcept { static_cast<cm_watch*>(t)->self->on_cm_ready(); };
+        if (running_in_this_thread())
+            submit_poll(channel->fd, &cm_watch_);
+        else
+            post([this] { submit_poll(cm_channel_->fd, &cm_watch_); });
+    });
+    return cm_channel_;
+}
+
+void event_listener::on_cm_ready() {
+    rdma_cm_event* event = nullptr;
+    while (rdma_get_cm_event(cm_channel_, &event) == 0) {
+        detail::cm_event_copy copy;
+        copy.type = event->event;
+        copy.status = event->status;
+        copy.id = event->id;
+        copy.listen_id = event->listen_id;
+        const rdma_conn_param& param = event->param.conn;
+        if (param.private_data != nullptr && param.private_data_len > 0) {
+            copy.private_data_len = static_cast<std::uint8_t>(std::min<std::size_t>(param.private_data_len, 64));
+            std::memcpy(copy.private_data.data(), param.private_data, copy.private_data_len);
+        }
+        copy.responder_resources = param.responder_resources;
+        copy.initiator_depth = param.initiator_depth;
+        // A connect request arrives on the new id, whose context is still the
+        // listening id's: both point to the listener's target.
+        auto* target = static_cast<detail::cm_target*>(event->id->context);
+        rdma_ack_cm_event(event);
+        if (target != nullptr)
+            target->on_event(target, copy);
+    }
+    submit_poll(cm_channel_->fd, &cm_watch_);
+}
+
+namespace {
+
+struct timer_entry : detail::uring_target {
+    __kernel_timespec timeout{};
+    std::function<void()> fn;
+    std::shared_ptr<event_listener::timer> handle;
+};
+
+}  // namespace
+
+std::shared_ptr<event_listener::timer> event_listener::call_after(std::chrono::nanoseconds delay,
+                                                                  std::function<void()> fn) {
+    auto* entry = new timer_entry;
+    entry->timeout.tv_sec = delay.count() / 1'000'000'000;
+    entry->timeout.tv_nsec = delay.count() % 1'000'000'000;
+    entry->fn = std::move(fn);
+    entry->handle = std::make_shared<timer>();
+    entry->on_ready = [](detail::uring_target* t, int) noexcept {
+        std::unique_ptr<timer_entry> self(static_cast<timer_entry*>(t));
+        if (!self->handle->cancelled)
+            self->fn();
+    };
+    io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+    if (sqe == nullptr) {
+        io_uring_submit(ring_.get());
+        sqe = io_uring_get_sqe(ring_.get());
+    }
+    io_uring_prep_timeout(sqe, &entry->timeout, 0, 0);
+    io_uring_sqe_set_data(sqe, entry);
+    // The kernel reads the timespec at submission: submit now, so a busy
+    // listener that never sleeps still starts the clock.
+    io_uring_submit(ring_.get());
+    return entry->handle;
 }
 
 void event_listener::retire_cq(completion_queue* cq) noexcept {

@@ -54,6 +54,15 @@ std::shared_ptr<queue_pair> queue_pair::create(std::shared_ptr<protection_domain
     return qp;
 }
 
+std::shared_ptr<queue_pair> queue_pair::adopt(std::shared_ptr<protection_domain> pd,
+                                              std::shared_ptr<completion_queue> send_cq,
+                                              std::shared_ptr<completion_queue> recv_cq, ibv_qp* qp,
+                                              const qp_capacity& capacity) {
+    std::shared_ptr<queue_pair> out(new queue_pair(std::move(pd), std::move(send_cq), std::move(recv_cq), capacity));
+    out->qp_ = qp;
+    return out;
+}
+
 queue_pair::~queue_pair() {
     if (qp_ != nullptr)
         ibv_destroy_qp(qp_);

@@ -64,6 +64,9 @@ public:
         return n;
     }
 
+    /// Grows (or shrinks) the CQ to at least `entries` (ibv_resize_cq).
+    void resize(int entries);
+
     /// Arms the CQ: the channel reports the next completion added to it.
     void request_notify(bool solicited_only = false);
 

@@ -36,6 +36,7 @@
 #include <cordma/local_mr.hpp>
 #include <cordma/queue_pair.hpp>
 #include <cordma/remote_mr.hpp>
+#include <cordma/task.hpp>
 #include <cordma/detail/connection_state.hpp>
 #include <cordma/detail/operation.hpp>
 
@@ -148,6 +149,10 @@ public:
     /// CQs were made by `listener`. `peer` names the other side in errors.
     static connection adopt(std::shared_ptr<event_listener> listener, std::shared_ptr<queue_pair> qp,
                             std::string peer);
+    /// For cordma's own handshakes.
+    static connection adopt_state(std::shared_ptr<detail::connection_state> state) {
+        return connection(std::move(state));
+    }
 
     explicit operator bool() const noexcept { return state_ != nullptr; }
     const std::string& peer() const noexcept { return state_->peer(); }
@@ -188,6 +193,16 @@ public:
     /// Moves the QP to ERROR: every pending operation completes with an error,
     /// new ones throw disconnected_error. Thread-safe.
     void shut_down();
+
+    /// Disconnects gracefully: the peer is told (its pending operations fail
+    /// with a disconnected error naming this side), then this side shuts
+    /// down as above. Lazy; resumes on the listener thread; never throws for
+    /// a connection that is already broken or closed.
+    task<void> close();
+
+    /// True once the connection is shut down, closed, or broken by an error
+    /// or by the peer going away. Listener thread (or for a hint elsewhere).
+    bool is_broken() const noexcept { return state_->broken(); }
 
 private:
     explicit connection(std::shared_ptr<detail::connection_state> state) : state_(std::move(state)) {}

@@ -26,6 +26,9 @@ public:
     /// `name` is not one of them, or when no device has an active port.
     static std::shared_ptr<device_context> open(std::string_view name = {});
 
+    /// The device of a context librdmacm opened (an rdma_cm_id's verbs).
+    static std::shared_ptr<device_context> from_native(ibv_context* context);
+
     ~device_context();
     device_context(const device_context&) = delete;
     device_context& operator=(const device_context&) = delete;

@@ -15,6 +15,7 @@
 
 #include <cordma/completion_queue.hpp>
 #include <cordma/device.hpp>
+#include <cordma/detail/cm_target.hpp>
 #include <cordma/detail/completion_target.hpp>
 
 struct io_uring;
@@ -90,6 +91,21 @@ public:
     /// thread only; `target` must stay valid until called or the listener stops.
     void watch_readable(int fd, detail::uring_target* target);
 
+    /// The rdma_cm event channel this listener serves (created on first use):
+    /// ids made on it deliver their events to the cm_target in id->context,
+    /// on the listener thread.
+    rdma_event_channel* cm_channel();
+
+    /// A pending call_after. cancel() (listener thread only) stops it from
+    /// running; the timer itself expires harmlessly later.
+    struct timer {
+        bool cancelled = false;
+        void cancel() noexcept { cancelled = true; }
+    };
+    /// Runs `fn` on the listener thread after `delay`, through an io_uring
+    /// timeout: connect deadlines, leases. Listener thread only.
+    std::shared_ptr<timer> call_after(std::chrono::nanoseconds delay, std::function<void()> fn);
+
     /// How many times the thread went to sleep in io_uring (for tests and
     /// benchmarks of the polling modes).
     std::uint64_t sleeps() const noexcept { return sleeps_.load(std::memory_order_relaxed); }
@@ -105,6 +121,7 @@ private:
     void arm_all();
     void on_channel_ready();
     void on_wakeup();
+    void on_cm_ready();
     void run_posted();
     void retire_cq(completion_queue* cq) noexcept;
     void submit_poll(int fd, detail::uring_target* target);
@@ -118,6 +135,9 @@ private:
 
     struct channel_watch : detail::uring_target { event_listener* self; } channel_watch_{};
     struct wakeup_watch : detail::uring_target { event_listener* self; } wakeup_watch_{};
+    struct cm_watch : detail::uring_target { event_listener* self; } cm_watch_{};
+    std::once_flag cm_once_;
+    rdma_event_channel* cm_channel_ = nullptr;
 
     // Listener thread only.
     std::vector<completion_queue*> cqs_;

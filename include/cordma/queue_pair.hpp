@@ -57,6 +57,13 @@ public:
                                               std::shared_ptr<completion_queue> recv_cq,
                                               const qp_capacity& capacity = {});
 
+    /// Takes ownership of a QP made elsewhere (rdma_create_qp) on `pd` with
+    /// these CQs; it is destroyed with ibv_destroy_qp.
+    static std::shared_ptr<queue_pair> adopt(std::shared_ptr<protection_domain> pd,
+                                             std::shared_ptr<completion_queue> send_cq,
+                                             std::shared_ptr<completion_queue> recv_cq, ibv_qp* qp,
+                                             const qp_capacity& capacity);
+
     ~queue_pair();
     queue_pair(const queue_pair&) = delete;
     queue_pair& operator=(const queue_pair&) = delete;

@@ -11,6 +11,7 @@
 #include <cordma/memory_region.hpp>
 #include <cordma/queue_pair.hpp>
 #include <cordma/detail/operation.hpp>
+#include <cordma/detail/transport.hpp>
 
 namespace cordma::detail {
 
@@ -43,6 +44,11 @@ public:
     /// completes (with a flush error) and new ones fail with `why`.
     void shut_down(const std::string& why) noexcept;
 
+    /// What set the connection up and watches the peer (rdma_cm id, TCP
+    /// socket); kept as long as the state. Listener thread.
+    void set_transport(std::shared_ptr<transport> t);
+    const std::shared_ptr<transport>& get_transport() const noexcept { return transport_; }
+
     /// Number of work requests posted and not yet completed.
     std::size_t outstanding() const noexcept { return outstanding_; }
 
@@ -59,6 +65,7 @@ private:
 
     std::shared_ptr<event_listener> listener_;
     std::shared_ptr<queue_pair> qp_;
+    std::shared_ptr<transport> transport_;
     std::string peer_;
 
     std::vector<work_slot> send_slots_;

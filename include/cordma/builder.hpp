@@ -1,0 +1,128 @@
+#pragma once
+/// The builder: every connection setting with a sensible default, then
+/// `co_await builder.connect("host:port")` or `builder.listen("addr:port")`.
+///
+///     cordma::builder b;                        // first active device, event polling
+///     cordma::connection c = co_await b.connect("10.0.0.2:7471");
+///
+///     auto l = b.listen("0.0.0.0:7471");
+///     cordma::connection s = co_await l.accept();
+///
+/// Connections and listeners made from one builder share its device, event
+/// listener, protection domain, completion queues and memory pool. The
+/// builder may be copied: copies share them too. Settings changed after
+/// the first connect or listen apply to later connections only, except the
+/// device and the polling mode, which are fixed by then.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <cordma/access.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/event_listener.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/queue_pair.hpp>
+#include <cordma/task.hpp>
+
+namespace cordma {
+
+class listener;
+
+namespace detail {
+struct runtime;
+struct builder_shared;
+}  // namespace detail
+
+/// How two peers agree on their queue pairs.
+enum class endpoint_exchange {
+    /// librdmacm: addresses are IP addresses of RDMA netdevs, the port is an
+    /// rdma_cm port (its own space, not TCP's).
+    rdma_cm,
+    /// A TCP connection (Asio) carries each side's QPN, PSN, GID and LID, and
+    /// stays open to tell each side when the other goes away.
+    tcp,
+};
+
+struct connection_settings {
+    /// Device name ("" = the first device with an active port).
+    std::string device;
+    /// Port on the device (0 = its first active port). rdma_cm picks its own.
+    std::uint8_t port = 0;
+    /// GID index (-1 = a RoCE v2 GID of the address family in use).
+    int gid_index = -1;
+    /// Initial entries of the shared completion queues; they grow as
+    /// connections are added.
+    int cq_size = 1024;
+    qp_capacity capacity{};
+    ibv_mtu path_mtu = IBV_MTU_4096;
+    std::uint8_t timeout = 14;
+    std::uint8_t retry_count = 7;
+    /// Receiver-not-ready retries. Never 7 ("forever") by default.
+    std::uint8_t rnr_retry = 6;
+    std::uint8_t min_rnr_timer = 12;
+    /// What peers may do to memory through these connections.
+    access_flags remote_access = access_flags::remote_write | access_flags::remote_read | access_flags::remote_atomic;
+    polling_mode polling = polling_mode::event;
+    /// How long connect (and each accept handshake) may take in all.
+    std::chrono::milliseconds connect_timeout{10'000};
+    endpoint_exchange exchange = endpoint_exchange::rdma_cm;
+};
+
+class builder {
+public:
+    builder();
+    explicit builder(connection_settings settings);
+
+    builder& device(std::string name);
+    builder& port(std::uint8_t port);
+    builder& gid_index(int index);
+    builder& cq_size(int entries);
+    builder& send_queue_depth(std::uint32_t depth);
+    builder& recv_queue_depth(std::uint32_t depth);
+    builder& max_sge(std::uint32_t sges);
+    builder& max_inline_data(std::uint32_t bytes);
+    builder& path_mtu(ibv_mtu mtu);
+    builder& timeout(std::uint8_t code);
+    builder& retry_count(std::uint8_t count);
+    builder& rnr_retry(std::uint8_t count);
+    builder& min_rnr_timer(std::uint8_t code);
+    builder& remote_access(access_flags rights);
+    builder& polling(polling_mode mode);
+    builder& connect_timeout(std::chrono::milliseconds limit);
+    builder& exchange(endpoint_exchange how);
+
+    const connection_settings& settings() const noexcept { return settings_; }
+
+    /// Connects to a listener at `address` ("host:port"). The address is
+    /// parsed and resolved (and the device opened) in the call itself, so
+    /// those errors throw at once; the handshake starts when awaited.
+    /// Throws std::invalid_argument for an address that does not parse,
+    /// std::system_error for a host that does not resolve, a refused
+    /// connection (std::errc::connection_refused) or no answer within
+    /// connect_timeout (std::errc::timed_out), verbs_error for a device that
+    /// does not exist (listing those that do). The coroutine resumes on the
+    /// event listener thread.
+    task<connection> connect(std::string address);
+
+    /// Listens on `address` ("addr:port"; an empty addr or 0.0.0.0 for every
+    /// address of the device). Binds at once: throws if the address is bad
+    /// or in use.
+    listener listen(std::string_view address);
+
+    /// The shared pieces, created on first use.
+    std::shared_ptr<event_listener> event_loop();
+    std::shared_ptr<memory_pool> pool();
+    std::shared_ptr<protection_domain> pd();
+
+private:
+    friend class listener;
+    std::shared_ptr<detail::runtime> runtime();
+
+    connection_settings settings_;
+    std::shared_ptr<detail::builder_shared> shared_;
+};
+
+}  // namespace cordma

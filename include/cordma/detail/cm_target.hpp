@@ -1,0 +1,30 @@
+#pragma once
+/// How rdma_cm events reach their owner. An rdma_cm_id's context points to a
+/// cm_target; the event listener copies each event, acks it at once (so
+/// rdma_destroy_id, which waits for acks, can never deadlock against a
+/// handler), then calls the target on the listener thread.
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include <rdma/rdma_cma.h>
+
+namespace cordma::detail {
+
+struct cm_event_copy {
+    rdma_cm_event_type type{};
+    int status = 0;
+    rdma_cm_id* id = nullptr;
+    rdma_cm_id* listen_id = nullptr;
+    std::uint8_t private_data_len = 0;
+    std::array<std::uint8_t, 64> private_data{};
+    std::uint8_t responder_resources = 0;
+    std::uint8_t initiator_depth = 0;
+};
+
+struct cm_target {
+    void (*on_event)(cm_target* self, const cm_event_copy& event) noexcept = nullptr;
+};
+
+}  // namespace cordma::detail

@@ -1,0 +1,33 @@
+#pragma once
+/// What connections made from one builder (or one listener) share: the
+/// device, the event listener, a protection domain, a memory pool and a pair
+/// of completion queues that grows as connections are added.
+
+#include <memory>
+
+#include <cordma/completion_queue.hpp>
+#include <cordma/event_listener.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/protection_domain.hpp>
+#include <cordma/queue_pair.hpp>
+
+namespace cordma::detail {
+
+struct runtime {
+    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<protection_domain> pd;
+    std::shared_ptr<memory_pool> pool;
+    std::shared_ptr<completion_queue> send_cq;
+    std::shared_ptr<completion_queue> recv_cq;
+    // Work requests all live QPs on the shared CQs may have outstanding.
+    int send_entries_in_use = 0;
+    int recv_entries_in_use = 0;
+
+    /// Listener thread. Makes room on the shared CQs for a QP of `capacity`
+    /// (a CQ that can overflow loses completions) and returns a releaser
+    /// to call when that QP is gone.
+    void reserve(const qp_capacity& capacity);
+    void release(const qp_capacity& capacity) noexcept;
+};
+
+}  // namespace cordma::detail

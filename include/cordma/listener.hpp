@@ -1,0 +1,46 @@
+#pragma once
+/// A listening rdma_cm id (or TCP acceptor): accepts connections from as
+/// many clients as arrive.
+
+#include <memory>
+#include <stop_token>
+#include <string>
+
+#include <cordma/connection.hpp>
+#include <cordma/task.hpp>
+
+namespace cordma {
+
+namespace detail {
+class acceptor;
+}
+
+class listener {
+public:
+    listener() = default;
+
+    /// Waits for the next client and completes its handshake. Lazy; resumes
+    /// on the event listener thread. Several accepts may wait at once; each
+    /// gets its own client. A client that gives up mid-handshake is dropped
+    /// and the accept goes on waiting. Throws disconnected_error once the
+    /// listener is closed, operation_cancelled if `token` is stopped.
+    task<connection> accept(std::stop_token token = {});
+
+    /// Stops listening: waiting accepts throw, pending requests are
+    /// rejected. Thread-safe. The destructor of the last copy does it too.
+    void close();
+
+    /// The address it listens on, as "ip:port".
+    const std::string& address() const;
+
+private:
+    friend class builder;
+public:
+    /// For cordma's own acceptors (rdma_cm, TCP exchange).
+    explicit listener(std::shared_ptr<detail::acceptor> impl) : impl_(std::move(impl)) {}
+
+private:
+    std::shared_ptr<detail::acceptor> impl_;
+};
+
+}  // namespace cordma
