@@ -104,7 +104,9 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
     rdma_conn_param param = connection_parameters(*rt, settings);
     detail::check_minus_one(rdma_connect(cm->id(), &param), [&] { return "rdma_connect(" + peer + ")"; });
     co_await expect(RDMA_CM_EVENT_ESTABLISHED, "waiting for the peer to accept");
-    co_return make_connection(rt, settings, std::move(cm));
+    connection conn = make_connection(rt, settings, std::move(cm));
+    conn.state()->reopen = [rt, settings, where] { return connect_rdma_cm(rt, settings, where); };
+    co_return conn;
 }
 
 }  // namespace detail

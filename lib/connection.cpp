@@ -331,6 +331,14 @@ task<void> connection::close() {
     state->shut_down("connection closed by this side");
 }
 
+task<connection> connection::new_connection() {
+    if (!state_->reopen)
+        throw std::logic_error("connection::new_connection() to " + peer() +
+                               ": only the side that connected can open more queue pairs (the peer's listener "
+                               "accepts them); use builder::connect there");
+    return state_->reopen();
+}
+
 void connection::check_sg_list(const char* call, std::span<const local_slice> sg_list, std::size_t limit) const {
     std::size_t allowed = std::min(limit, detail::max_sges);
     if (sg_list.empty() || sg_list.size() > allowed)

@@ -153,6 +153,7 @@ public:
     static connection adopt_state(std::shared_ptr<detail::connection_state> state) {
         return connection(std::move(state));
     }
+    const std::shared_ptr<detail::connection_state>& state() const noexcept { return state_; }
 
     explicit operator bool() const noexcept { return state_ != nullptr; }
     const std::string& peer() const noexcept { return state_->peer(); }
@@ -199,6 +200,12 @@ public:
     /// down as above. Lazy; resumes on the listener thread; never throws for
     /// a connection that is already broken or closed.
     task<void> close();
+
+    /// Opens another queue pair to the same peer, sharing this connection's
+    /// device, PD, CQs and listener: for parallelism. Only on the connecting
+    /// side (the peer's listener accepts it like any client); an accepted
+    /// connection throws std::logic_error.
+    task<connection> new_connection();
 
     /// True once the connection is shut down, closed, or broken by an error
     /// or by the peer going away. Listener thread (or for a hint elsewhere).

@@ -3,6 +3,7 @@
 /// operations waiting for a credit, and whether it still works. Touched only
 /// on the event listener thread.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,8 +11,13 @@
 #include <cordma/event_listener.hpp>
 #include <cordma/memory_region.hpp>
 #include <cordma/queue_pair.hpp>
+#include <cordma/task.hpp>
 #include <cordma/detail/operation.hpp>
 #include <cordma/detail/transport.hpp>
+
+namespace cordma {
+class connection;
+}
 
 namespace cordma::detail {
 
@@ -48,6 +54,9 @@ public:
     /// socket); kept as long as the state. Listener thread.
     void set_transport(std::shared_ptr<transport> t);
     const std::shared_ptr<transport>& get_transport() const noexcept { return transport_; }
+
+    /// How to open another QP to the same peer (set by the connecting side).
+    std::function<task<connection>()> reopen;
 
     /// Number of work requests posted and not yet completed.
     std::size_t outstanding() const noexcept { return outstanding_; }
