@@ -1,4 +1,5 @@
 #include <cordma/connection.hpp>
+#include <cordma/detail/agent.hpp>
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -82,7 +83,17 @@ connection_state::connection_state(std::shared_ptr<event_listener> listener, std
     free_recv_ = init(recv_slots_, true);
 }
 
-connection_state::~connection_state() = default;
+connection_state::~connection_state() {
+    if (agent) {
+        // The agent (and its control QP) would otherwise outlive us, kept
+        // alive by its own receive loops.
+        auto a = std::move(agent);
+        if (listener_->running_in_this_thread())
+            a->shut_down("connection closed");
+        else
+            listener_->post([a] { a->shut_down("connection closed"); });
+    }
+}
 
 bool connection_state::start(operation_base* op) noexcept {
     if (broken_) {
@@ -301,6 +312,8 @@ void connection_state::set_transport(std::shared_ptr<transport> t) {
 void connection_state::shut_down(const std::string& why) noexcept {
     if (!broken_)
         mark_broken(why);
+    if (agent)
+        agent->shut_down(why);
     try {
         qp_->to_error();
     } catch (const std::exception& e) {
@@ -329,6 +342,57 @@ task<void> connection::close() {
     if (!state->broken() && state->get_transport())
         co_await state->get_transport()->close();
     state->shut_down("connection closed by this side");
+}
+
+std::shared_ptr<detail::agent> connection::agent_for(const char* call) const {
+    if (!state_->agent)
+        throw std::logic_error(std::string("connection::") + call + " to " + peer() +
+                               ": this connection has no agent (made with connection::adopt); connections from a "
+                               "builder or connect_loopback have one");
+    return state_->agent;
+}
+
+task<remote_region> connection::request_remote_mr(std::size_t size, std::size_t alignment,
+                                                  std::chrono::milliseconds lease, access_flags rights) {
+    if (size == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096)
+        throw std::invalid_argument("connection::request_remote_mr(size=" + std::to_string(size) + ", alignment=" +
+                                    std::to_string(alignment) + ") to " + peer() +
+                                    ": size must be nonzero and alignment a power of two <= 4096");
+    auto a = agent_for("request_remote_mr");
+    co_await state_->listener()->schedule();
+    co_return co_await a->request_remote_mr(size, alignment, lease, rights);
+}
+
+task<void> connection::send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags rights) {
+    if (!region.block())
+        throw std::invalid_argument("connection::send_local_mr to " + peer() + ": an empty local_slice");
+    auto a = agent_for("send_local_mr");
+    co_await state_->listener()->schedule();
+    co_await a->send_local_mr(std::move(region), lease, rights);
+}
+
+task<remote_region> connection::receive_remote_mr() {
+    auto a = agent_for("receive_remote_mr");
+    co_await state_->listener()->schedule();
+    co_return co_await a->receive_remote_mr();
+}
+
+task<void> connection::send_remote_mr(remote_region region) {
+    auto a = agent_for("send_remote_mr");
+    co_await state_->listener()->schedule();
+    co_await a->send_remote_mr(std::move(region));
+}
+
+task<local_mr> connection::receive_local_mr() {
+    auto a = agent_for("receive_local_mr");
+    co_await state_->listener()->schedule();
+    co_return co_await a->receive_local_mr();
+}
+
+task<std::size_t> connection::revoke_local_mr(local_slice region) {
+    auto a = agent_for("revoke_local_mr");
+    co_await state_->listener()->schedule();
+    co_return co_await a->revoke(std::move(region));
 }
 
 task<connection> connection::new_connection() {
@@ -440,23 +504,47 @@ operation<std::uint64_t> connection::compare_swap(remote_mr remote, std::uint64_
 }
 
 std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listener> listener,
-                                                   const qp_capacity& capacity, qp_connect_options options) {
+                                                   const qp_capacity& capacity, qp_connect_options options,
+                                                   std::shared_ptr<memory_pool> pool, agent_limits limits) {
     const auto& device = listener->device();
-    auto pd = protection_domain::create(device);
-    auto make_qp = [&] {
-        int entries = static_cast<int>(capacity.max_send_wr + capacity.max_recv_wr);
-        return queue_pair::create(pd, listener->create_cq(entries), listener->create_cq(entries), capacity);
-    };
-    auto a = make_qp();
-    auto b = make_qp();
+    auto pd = pool ? pool->pd() : protection_domain::create(device);
+    if (!pool)
+        pool = memory_pool::create(pd);
     if (options.port == 0 || options.port == 1)
         options.port = device->first_active_port();
     options.gid_index = device->find_gid_index(options.port, AF_INET);
-    a->connect(b->local_endpoint(options.port, options.gid_index), options);
-    b->connect(a->local_endpoint(options.port, options.gid_index), options);
+    auto make_pair = [&](const qp_capacity& cap) {
+        auto make_qp = [&] {
+            int entries = static_cast<int>(cap.max_send_wr + cap.max_recv_wr);
+            return queue_pair::create(pd, listener->create_cq(entries), listener->create_cq(entries), cap);
+        };
+        auto a = make_qp();
+        auto b = make_qp();
+        a->connect(b->local_endpoint(options.port, options.gid_index), options);
+        b->connect(a->local_endpoint(options.port, options.gid_index), options);
+        return std::pair{a, b};
+    };
+    auto [a, b] = make_pair(capacity);
+    // The agents' control channel: small, and patient with receivers that
+    // are not ready (its receives are re-posted as soon as handled).
+    qp_capacity control_capacity{.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1,
+                                 .max_inline_data = 0};
+    qp_connect_options control_options = options;
+    control_options.rnr_retry = 7;
+    std::swap(options, control_options);
+    auto [ca, cb] = make_pair(control_capacity);
     std::string name = device->name() + " loopback qpn ";
-    return {connection::adopt(listener, a, name + std::to_string(b->qp_num())),
-            connection::adopt(listener, b, name + std::to_string(a->qp_num()))};
+    connection first = connection::adopt(listener, a, name + std::to_string(b->qp_num()));
+    connection second = connection::adopt(listener, b, name + std::to_string(a->qp_num()));
+    connection control_first = connection::adopt(listener, ca, first.peer() + " (agent)");
+    connection control_second = connection::adopt(listener, cb, second.peer() + " (agent)");
+    for (auto* c : {&first, &second})
+        c->state()->agent = std::make_shared<detail::agent>(pool, limits, c->peer());
+    listener->post([first, second, control_first, control_second] {
+        first.state()->agent->attach(control_first, first.state());
+        second.state()->agent->attach(control_second, second.state());
+    });
+    return {first, second};
 }
 
 }  // namespace cordma

@@ -21,6 +21,7 @@
 /// - Allocation: none per operation on the listener thread. Awaiting from
 ///   another thread hops to the listener once (one small allocation).
 
+#include <chrono>
 #include <coroutine>
 #include <cstdint>
 #include <initializer_list>
@@ -31,11 +32,13 @@
 #include <string>
 #include <utility>
 
+#include <cordma/agent_limits.hpp>
 #include <cordma/error.hpp>
 #include <cordma/event_listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/queue_pair.hpp>
 #include <cordma/remote_mr.hpp>
+#include <cordma/remote_region.hpp>
 #include <cordma/task.hpp>
 #include <cordma/detail/connection_state.hpp>
 #include <cordma/detail/operation.hpp>
@@ -201,6 +204,37 @@ public:
     /// a connection that is already broken or closed.
     task<void> close();
 
+    // ---- The memory-region agent (docs/agent-protocol.md) ----------------
+    // Connections from a builder or connect_loopback have an agent; those
+    // from connection::adopt do not (these calls throw std::logic_error).
+    // All are lazy, resume on the listener thread, and throw
+    // disconnected_error once the connection is gone.
+
+    /// Asks the peer's agent for `size` bytes of its memory with `rights`,
+    /// for `lease` (0 = the peer's default; it may shorten it). The peer
+    /// allocates and registers the region; dropping the returned
+    /// remote_region tells the peer to free it. Throws std::system_error if
+    /// the peer refuses (over one of its agent_limits: the message says
+    /// which); the connection stays up.
+    task<remote_region> request_remote_mr(std::size_t size, std::size_t alignment = 64,
+                                          std::chrono::milliseconds lease = {},
+                                          access_flags rights = access_flags::remote_read | access_flags::remote_write);
+    /// Grants the peer `rights` on `region` (which stays alive until the
+    /// grant ends) for `lease`; the peer gets it from receive_remote_mr.
+    task<void> send_local_mr(local_slice region, std::chrono::milliseconds lease = {},
+                             access_flags rights = access_flags::remote_read | access_flags::remote_write);
+    /// The next region the peer granted with send_local_mr.
+    task<remote_region> receive_remote_mr();
+    /// Hands a region the peer owns back to it (e.g. after writing into it);
+    /// the peer gets it from receive_local_mr.
+    task<void> send_remote_mr(remote_region region);
+    /// The next of this side's regions that the peer handed back, as a local
+    /// region again (the peer's access to it has ended).
+    task<local_mr> receive_local_mr();
+    /// Ends every grant of memory overlapping `region` now: the peer is told,
+    /// and its accesses fail with a remote access error. Returns how many.
+    task<std::size_t> revoke_local_mr(local_slice region);
+
     /// Opens another queue pair to the same peer, sharing this connection's
     /// device, PD, CQs and listener: for parallelism. Only on the connecting
     /// side (the peer's listener accepts it like any client); an accepted
@@ -216,14 +250,19 @@ private:
     void check_sg_list(const char* call, std::span<const local_slice> sg_list, std::size_t limit) const;
     void check_remote_size(const char* call, std::size_t local, const remote_mr& remote) const;
     void check_atomic_target(const char* call, const remote_mr& remote) const;
+    std::shared_ptr<detail::agent> agent_for(const char* call) const;
 
     std::shared_ptr<detail::connection_state> state_;
 };
 
 /// Two connections joined to each other on one device (loopback), both
 /// served by `listener`: for tests, examples and benchmarks.
+/// Each gets an agent (a second, control QP pair) serving memory from
+/// `pool` (default: a new pool on the pair's PD) within `limits`.
 std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listener> listener,
                                                    const qp_capacity& capacity = {},
-                                                   qp_connect_options options = {});
+                                                   qp_connect_options options = {},
+                                                   std::shared_ptr<memory_pool> pool = nullptr,
+                                                   agent_limits limits = {});
 
 }  // namespace cordma

@@ -55,6 +55,9 @@ public:
     void set_transport(std::shared_ptr<transport> t);
     const std::shared_ptr<transport>& get_transport() const noexcept { return transport_; }
 
+    /// The memory-region agent, if the connection has a control channel.
+    std::shared_ptr<class agent> agent;
+
     /// How to open another QP to the same peer (set by the connecting side).
     std::function<task<connection>()> reopen;
 

@@ -1,0 +1,26 @@
+#pragma once
+/// What a peer may take from this side through the memory-region agent.
+
+#include <chrono>
+#include <cstddef>
+
+#include <cordma/access.hpp>
+
+namespace cordma {
+
+struct agent_limits {
+    /// The largest region a peer may request.
+    std::size_t max_region_size = 64 << 20;
+    /// Bytes a peer may hold at once, over all regions granted to it.
+    std::size_t max_total_bytes = 256 << 20;
+    /// Regions a peer may hold at once.
+    std::size_t max_regions = 64;
+    /// Rights a peer may be granted; requests for more are refused.
+    access_flags allowed_access = access_flags::remote_read | access_flags::remote_write | access_flags::remote_atomic;
+    /// Lease of a grant when the request names none.
+    std::chrono::milliseconds default_lease{30'000};
+    /// The longest lease granted; longer requests get this.
+    std::chrono::milliseconds max_lease{600'000};
+};
+
+}  // namespace cordma

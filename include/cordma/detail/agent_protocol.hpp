@@ -1,0 +1,113 @@
+#pragma once
+/// The agent's wire format (docs/agent-protocol.md): small fixed-layout
+/// messages on each connection's control queue pair, which user sends and
+/// receives never see. Every field is validated on decode; a malformed
+/// message is a protocol_error naming the problem, and the connection that
+/// sent it is closed.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <variant>
+
+namespace cordma::detail::agent_protocol {
+
+inline constexpr std::uint16_t magic = 0x4341;  // "CA" (cordma agent)
+inline constexpr std::uint8_t version = 1;
+/// No message is longer; receive buffers are this big.
+inline constexpr std::size_t max_message_size = 256;
+inline constexpr std::size_t max_reason_length = 200;
+
+/// Asks the peer to allocate, register and grant a region.
+struct request_mr {
+    std::uint32_t request_id = 0;
+    std::uint64_t size = 0;        // 1 .. 2^40
+    std::uint32_t alignment = 0;   // power of two, 1 .. 4096
+    std::uint32_t lease_ms = 0;    // 0 = the owner's default
+    std::uint32_t access = 0;      // IBV_ACCESS_REMOTE_{WRITE,READ,ATOMIC} bits only
+
+    bool operator==(const request_mr&) const = default;
+};
+
+/// The owner's answer to request_mr, or an unsolicited grant (send_local_mr).
+struct grant_mr {
+    std::uint32_t request_id = 0;  // 0 for an unsolicited grant
+    std::uint64_t region_id = 0;   // nonzero; names the region in later messages
+    std::uint64_t address = 0;
+    std::uint64_t length = 0;      // nonzero
+    std::uint32_t rkey = 0;
+    std::uint32_t lease_ms = 0;    // nonzero: time left from when it was sent
+    std::uint32_t access = 0;      // remote rights granted (same bits as request_mr)
+
+    bool operator==(const grant_mr&) const = default;
+};
+
+/// The owner refuses a request_mr (over a limit, out of memory).
+struct deny_mr {
+    std::uint32_t request_id = 0;  // nonzero
+    std::uint32_t code = 0;        // a std::errc value
+    std::string reason;            // UTF-8, at most max_reason_length bytes
+
+    bool operator==(const deny_mr&) const = default;
+};
+
+/// A holder hands a region back to its owner (send_remote_mr): the owner
+/// gets it as a local region again.
+struct return_mr {
+    std::uint64_t region_id = 0;
+
+    bool operator==(const return_mr&) const = default;
+};
+
+/// A holder no longer needs a region: the owner frees it.
+struct release_mr {
+    std::uint64_t region_id = 0;
+
+    bool operator==(const release_mr&) const = default;
+};
+
+/// The owner withdrew a region (revoked, or its lease ran out).
+struct revoke_mr {
+    std::uint64_t region_id = 0;
+
+    bool operator==(const revoke_mr&) const = default;
+};
+
+using message = std::variant<request_mr, grant_mr, deny_mr, return_mr, release_mr, revoke_mr>;
+
+/// Type bytes on the wire, in variant order starting at 1.
+enum class message_type : std::uint8_t {
+    request_mr = 1,
+    grant_mr = 2,
+    deny_mr = 3,
+    return_mr = 4,
+    release_mr = 5,
+    revoke_mr = 6,
+};
+
+/// "request_mr", "grant_mr", ...; "unknown" for a value outside the enum.
+const char* to_string(message_type t) noexcept;
+
+/// The type byte `m` travels under.
+inline message_type type_of(const message& m) noexcept {
+    return static_cast<message_type>(m.index() + 1);
+}
+
+class protocol_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// Writes `m` into `out` (at least max_message_size bytes); returns the
+/// length. Throws std::invalid_argument if `m` itself breaks the rules
+/// (e.g. a reason longer than max_reason_length).
+std::size_t encode(const message& m, std::span<std::byte> out);
+
+/// Parses one message. Throws protocol_error naming the first problem:
+/// wrong magic or version, unknown type, wrong length for the type, or a
+/// field out of its range (zero region id, size 0, bad alignment, ...).
+message decode(std::span<const std::byte> in);
+
+}  // namespace cordma::detail::agent_protocol

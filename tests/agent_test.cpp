@@ -1,0 +1,203 @@
+// The memory-region agent over real rxe connections: regions requested,
+// granted, written, handed back, expired, released and refused, with user
+// traffic flowing beside it.
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <cordma/connection.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+#include <cordma/when_all.hpp>
+#include <cordma/detail/agent.hpp>
+
+#include "support/rxe_device.hpp"
+
+using namespace cordma;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct agent_fixture {
+    explicit agent_fixture(agent_limits limits = {})
+        : listener(event_listener::start(test::open_test_device())),
+          pool(memory_pool::create(protection_domain::create(listener->device()))) {
+        auto [a, b] = connect_loopback(listener, {}, {}, pool, limits);
+        client = a;
+        server = b;
+    }
+
+    // Reads agent state on the listener thread, where it lives.
+    template <class F>
+    auto on_listener(F f) {
+        return sync_wait([&]() -> task<decltype(f())> {
+            co_await listener->schedule();
+            co_return f();
+        }());
+    }
+
+    std::size_t server_grants() {
+        return on_listener([&] { return server.state()->agent->granted_regions(); });
+    }
+
+    // Both agents up (their receive buffers come from the pool too) and no
+    // message buffer in flight: the pool's usage from here is the baseline.
+    std::size_t settle() {
+        { remote_region warm_up = sync_wait(client.request_remote_mr(64)); }
+        REQUIRE(eventually([&] { return server_grants() == 0; }));
+        std::size_t before = pool->bytes_in_use();
+        std::this_thread::sleep_for(50ms);
+        REQUIRE(eventually([&] { return pool->bytes_in_use() == before; }));
+        return before;
+    }
+
+    bool eventually(auto condition) {
+        auto deadline = std::chrono::steady_clock::now() + 20s;
+        while (!condition()) {
+            if (std::chrono::steady_clock::now() > deadline)
+                return false;
+            std::this_thread::sleep_for(5ms);
+        }
+        return true;
+    }
+
+    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<memory_pool> pool;
+    connection client;
+    connection server;
+};
+
+}  // namespace
+
+TEST_CASE("request a region, write into it, hand it back: the owner reads what was written", "[agent]") {
+    agent_fixture f;
+    local_mr message = f.pool->allocate(64);
+    std::memcpy(message.data(), "written by the client", 22);
+    local_mr got = sync_wait([&]() -> task<local_mr> {
+        remote_region region = co_await f.client.request_remote_mr(4096);
+        CHECK(region.size() == 4096);
+        CHECK(region.deadline() > std::chrono::steady_clock::now());
+        co_await f.client.write(message.slice(0, 22), region.slice(100, 22));
+        co_await f.client.send_remote_mr(std::move(region));
+        co_return co_await f.server.receive_local_mr();
+    }());
+    REQUIRE(got.size() == 4096);
+    CHECK(std::memcmp(got.data() + 100, "written by the client", 22) == 0);
+    CHECK(f.server_grants() == 0);
+}
+
+TEST_CASE("send_local_mr grants a region the peer reads with RDMA READ", "[agent]") {
+    agent_fixture f;
+    local_mr mine = f.pool->allocate(128);
+    std::memcpy(mine.data(), "server memory", 14);
+    local_mr into = f.pool->allocate(14);
+    sync_wait([&]() -> task<void> {
+        auto [sent, region] = co_await when_all(f.server.send_local_mr(mine.all()), f.client.receive_remote_mr());
+        (void)sent;
+        CHECK(region.size() == 128);
+        co_await f.client.read(into.all(), region.slice(0, 14));
+    }());
+    CHECK(std::memcmp(into.data(), "server memory", 14) == 0);
+}
+
+TEST_CASE("a lease that runs out cuts the peer off and gives the owner its memory back", "[agent]") {
+    agent_fixture f;
+    local_mr data = f.pool->allocate(64);
+    std::size_t baseline = f.settle();
+    remote_region region = sync_wait(f.client.request_remote_mr(8192, 64, 500ms));
+    CHECK(f.eventually([&] { return f.pool->bytes_in_use() == baseline + 8192; }));
+    sync_wait(f.client.write(data.all(), region.slice(0, 64)));  // within the lease: fine
+    CHECK(f.eventually([&] { return f.server_grants() == 0; }));
+    CHECK(f.eventually([&] { return f.pool->bytes_in_use() == baseline; }));
+    try {
+        sync_wait(f.client.write(data.all(), region.slice(0, 64)));
+        FAIL("a write after the lease succeeded");
+    } catch (const work_completion_error& e) {
+        CHECK(e.status() == IBV_WC_REM_ACCESS_ERR);
+    }
+}
+
+TEST_CASE("dropping a remote region tells the owner, which frees it", "[agent]") {
+    agent_fixture f;
+    std::size_t baseline = f.settle();
+    {
+        remote_region region = sync_wait(f.client.request_remote_mr(1 << 20));
+        CHECK(f.server_grants() == 1);
+        CHECK(f.pool->bytes_in_use() >= baseline + (1 << 20));
+    }
+    CHECK(f.eventually([&] { return f.server_grants() == 0; }));
+    CHECK(f.eventually([&] { return f.pool->bytes_in_use() == baseline; }));
+}
+
+TEST_CASE("requests over the owner's limits are refused with the limit named; the connection stays up", "[agent]") {
+    agent_limits limits;
+    limits.max_region_size = 1 << 20;
+    limits.max_regions = 2;
+    limits.allowed_access = access_flags::remote_read;
+    agent_fixture f(limits);
+    CHECK_THROWS_WITH(sync_wait(f.client.request_remote_mr(2 << 20, 64, {}, access_flags::remote_read)),
+                      Catch::Contains("exceeds the per-region limit of 1048576 bytes") &&
+                          Catch::Contains("max_region_size"));
+    CHECK_THROWS_WITH(sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_write)),
+                      Catch::Contains("allowed_access"));
+    remote_region one = sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read));
+    remote_region two = sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read));
+    CHECK_THROWS_WITH(sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read)),
+                      Catch::Contains("max_regions"));
+    // Still connected: user traffic and agent traffic both work.
+    local_mr out = f.pool->allocate(8), in = f.pool->allocate(8);
+    auto r = sync_wait(when_all(f.server.recv(in.all()), f.client.send(out.all())));
+    CHECK(std::get<0>(r).length == 8);
+    local_mr into = f.pool->allocate(16);
+    sync_wait(f.client.read(into.all(), one.slice(0, 16)));
+}
+
+TEST_CASE("agent traffic never mixes with 1,000 user messages on the same connection", "[agent]") {
+    agent_fixture f;
+    constexpr int messages = 1000;
+    auto user = [&]() -> task<int> {
+        local_mr in = f.pool->allocate(16), out = f.pool->allocate(16);
+        int in_order = 0;
+        for (int i = 0; i < messages; ++i) {
+            std::memcpy(out.data(), &i, sizeof i);
+            auto [got, sent] = co_await when_all(f.server.recv(in.all()), f.client.send(out.slice(0, sizeof i)));
+            (void)sent;
+            int value;
+            std::memcpy(&value, in.data(), sizeof value);
+            in_order += got.length == sizeof i && value == i;
+        }
+        co_return in_order;
+    };
+    auto agent_work = [&]() -> task<int> {
+        int regions = 0;
+        for (int i = 0; i < 50; ++i) {
+            remote_region r = co_await f.client.request_remote_mr(256);
+            regions += r.size() == 256;
+        }
+        co_return regions;
+    };
+    auto [delivered, regions] = sync_wait(when_all(user(), agent_work()));
+    CHECK(delivered == messages);
+    CHECK(regions == 50);
+}
+
+TEST_CASE("a malformed agent message closes the connection with the problem named", "[agent]") {
+    agent_fixture f;
+    // Make sure both agents are up, then play a hostile peer on the client's
+    // control channel.
+    (void)sync_wait(f.client.request_remote_mr(64));
+    local_mr garbage = f.pool->allocate(32);
+    std::memset(garbage.data(), 0x7f, 32);
+    connection control = f.on_listener([&] { return f.client.state()->agent->control(); });
+    sync_wait(control.send(garbage.all()));
+    CHECK(f.eventually([&] { return f.server.is_broken(); }));
+    local_mr buffer = f.pool->allocate(8);
+    CHECK_THROWS_WITH(sync_wait(f.server.send(buffer.all())),
+                      Catch::Contains("agent protocol violation") && Catch::Contains("magic"));
+    CHECK_THROWS_AS(sync_wait(f.server.request_remote_mr(64)), disconnected_error);
+}
