@@ -1,12 +1,15 @@
 #include <cordma/builder.hpp>
 
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <system_error>
 
 #include <cordma/address.hpp>
 #include <cordma/listener.hpp>
+#include <cordma/detail/agent.hpp>
 #include <cordma/detail/check.hpp>
+#include <cordma/detail/cm_hello.hpp>
 #include <cordma/detail/cm_id.hpp>
 #include <cordma/detail/connect.hpp>
 #include <cordma/detail/runtime.hpp>
@@ -67,19 +70,27 @@ rdma_conn_param connection_parameters(const runtime& rt, const connection_settin
                             "connect to " + peer + ": " + step + " failed: " + describe(*event));
 }
 
-connection make_connection(const std::shared_ptr<runtime>& rt, const connection_settings& settings,
-                           std::shared_ptr<cm_id> cm) {
-    std::uint8_t timeout = settings.timeout;
-    rdma_set_option(cm->id(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout);
-    auto q = queue_pair::adopt(rt->pd, rt->send_cq, rt->recv_cq, cm->release_qp(), settings.capacity);
+connection make_connection(const std::shared_ptr<runtime>& rt, const connection_settings&,
+                           const qp_capacity& capacity, std::shared_ptr<cm_id> cm) {
+    auto q = queue_pair::adopt(rt->pd, rt->send_cq, rt->recv_cq, cm->release_qp(), capacity);
     auto state = std::make_shared<connection_state>(rt->listener, std::move(q), cm->peer());
     state->set_transport(std::move(cm));
     return connection::adopt_state(std::move(state));
 }
 
-task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where) {
+namespace {
+
+std::uint64_t random_token() {
+    static thread_local std::mt19937_64 generator{std::random_device{}()};
+    return generator() | 1;
+}
+
+}  // namespace
+
+// One rdma_cm handshake: resolve, route, QP, connect with `hello`.
+task<std::shared_ptr<cm_id>> cm_handshake(std::shared_ptr<runtime> rt, const connection_settings& settings,
+                                         const socket_address& where, const qp_capacity& capacity, cm_hello hello) {
     std::string peer = where.to_string();
-    co_await rt->listener->schedule();
     auto cm = cm_id::make(rt, nullptr, peer);
     auto deadline = std::chrono::steady_clock::now() + settings.connect_timeout;
     auto left = [&] {
@@ -92,19 +103,41 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
             throw_connect_failure(peer, step, event ? &*event : nullptr, settings.connect_timeout);
     };
     int ms = static_cast<int>(left().count());
-    detail::check_minus_one(rdma_resolve_addr(cm->id(), nullptr, where.get(), ms),
+    detail::check_minus_one(rdma_resolve_addr(cm->id(), nullptr, const_cast<sockaddr*>(where.get()), ms),
                             [&] { return "rdma_resolve_addr(" + peer + ")"; });
     co_await expect(RDMA_CM_EVENT_ADDR_RESOLVED, "resolving the address");
     detail::check_minus_one(rdma_resolve_route(cm->id(), static_cast<int>(left().count())),
                             [&] { return "rdma_resolve_route(" + peer + ")"; });
     co_await expect(RDMA_CM_EVENT_ROUTE_RESOLVED, "resolving the route");
-    cm->create_qp(settings.capacity);
+    cm->create_qp(capacity);
     std::uint8_t timeout = settings.timeout;
     rdma_set_option(cm->id(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout);
     rdma_conn_param param = connection_parameters(*rt, settings);
+    param.private_data = &hello;
+    param.private_data_len = sizeof hello;
+    if (hello.kind == cm_hello::control)
+        param.rnr_retry_count = 7;
     detail::check_minus_one(rdma_connect(cm->id(), &param), [&] { return "rdma_connect(" + peer + ")"; });
     co_await expect(RDMA_CM_EVENT_ESTABLISHED, "waiting for the peer to accept");
-    connection conn = make_connection(rt, settings, std::move(cm));
+    co_return cm;
+}
+
+task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where) {
+    co_await rt->listener->schedule();
+    cm_hello hello;
+    hello.token = random_token();
+    auto data = co_await cm_handshake(rt, settings, where, settings.capacity, hello);
+    connection conn = make_connection(rt, settings, settings.capacity, std::move(data));
+    conn.state()->agent = std::make_shared<agent>(rt->pool, settings.agent, conn.peer());
+    hello.kind = cm_hello::control;
+    try {
+        auto control_cm = co_await cm_handshake(rt, settings, where, control_capacity, hello);
+        connection control = make_connection(rt, settings, control_capacity, std::move(control_cm));
+        conn.state()->agent->attach(control, conn.state());
+    } catch (...) {
+        conn.state()->shut_down("the agent's control queue pair could not be connected");
+        throw;
+    }
     conn.state()->reopen = [rt, settings, where] { return connect_rdma_cm(rt, settings, where); };
     co_return conn;
 }
@@ -199,6 +232,7 @@ builder& builder::connect_timeout(std::chrono::milliseconds limit) {
     return *this;
 }
 builder& builder::exchange(endpoint_exchange how) { settings_.exchange = how; return *this; }
+builder& builder::agent_limits(const cordma::agent_limits& limits) { settings_.agent = limits; return *this; }
 
 task<connection> builder::connect(std::string address) {
     // Parsing and name resolution happen here, on the caller's thread, so a

@@ -5,6 +5,8 @@
 
 #include <cordma/address.hpp>
 #include <cordma/builder.hpp>
+#include <cordma/task_group.hpp>
+#include <cordma/detail/agent.hpp>
 #include <cordma/detail/check.hpp>
 #include <cordma/detail/cm_id.hpp>
 #include <cordma/detail/connect.hpp>
@@ -64,20 +66,24 @@ void listen_state::on_cm_event(const cm_event_copy& event) noexcept {
             rdma_destroy_id(event.id);
             return;
         }
+        auto hello = cm_hello::from(event);
+        if (hello && hello->kind == cm_hello::control)
+            return accept_control(event.id, hello->token);
         if (!waiters_.empty()) {
             auto waiter = waiters_.front();
             waiters_.pop_front();
             waiter->id = event.id;
+            waiter->hello = hello;
             waiter->done = true;
             waiter->handle.resume();
             return;
         }
-        pending_.push_back(event.id);
+        pending_.push_back({event.id, hello});
         return;
     }
     if (event.id != id_) {
         // A client that went away before anyone accepted it.
-        std::erase(pending_, event.id);
+        std::erase_if(pending_, [&](const connect_request& r) { return r.id == event.id; });
         rdma_destroy_id(event.id);
     }
 }
@@ -86,9 +92,9 @@ void listen_state::shut() noexcept {
     if (closed_)
         return;
     closed_ = true;
-    for (rdma_cm_id* id : pending_) {
-        rdma_reject(id, nullptr, 0);
-        rdma_destroy_id(id);
+    for (auto& request : pending_) {
+        rdma_reject(request.id, nullptr, 0);
+        rdma_destroy_id(request.id);
     }
     pending_.clear();
     while (!waiters_.empty()) {
@@ -96,6 +102,41 @@ void listen_state::shut() noexcept {
         waiters_.pop_front();
         waiter->done = true;
         waiter->handle.resume();
+    }
+}
+
+void listen_state::accept_control(rdma_cm_id* id, std::uint64_t token) noexcept {
+    auto it = awaiting_control_.find(token);
+    std::shared_ptr<connection_state> state = it != awaiting_control_.end() ? it->second.lock() : nullptr;
+    if (it != awaiting_control_.end())
+        awaiting_control_.erase(it);
+    if (!state || !state->agent) {
+        // Not one of ours, or its connection is already gone.
+        rdma_reject(id, nullptr, 0);
+        rdma_destroy_id(id);
+        return;
+    }
+    auto handshake = [](std::shared_ptr<listen_state> st, std::shared_ptr<cm_id> cm,
+                        std::shared_ptr<connection_state> state) -> task<void> {
+        try {
+            cm->create_qp(control_capacity);
+            rdma_conn_param param = connection_parameters(*st->rt_, st->settings_);
+            param.rnr_retry_count = 7;
+            check_minus_one(rdma_accept(cm->id(), &param), [&] { return "rdma_accept(" + cm->peer() + ", agent)"; });
+            auto event = co_await cm->next_event(st->settings_.connect_timeout);
+            if (!event || event->type != RDMA_CM_EVENT_ESTABLISHED)
+                throw std::runtime_error(event ? describe(*event) : std::string("timed out"));
+            connection control = make_connection(st->rt_, st->settings_, control_capacity, std::move(cm));
+            state->agent->attach(control, state);
+        } catch (const std::exception& e) {
+            state->agent->shut_down(std::string("the agent's control queue pair could not be accepted: ") + e.what());
+        }
+    };
+    try {
+        auto cm = cm_id::make(rt_, id, peer_of(id) + " (agent)");
+        spawn_detached(handshake(self_.lock(), std::move(cm), state), [](std::exception_ptr) {});
+    } catch (...) {
+        rdma_reject(id, nullptr, 0);
     }
 }
 
@@ -157,8 +198,15 @@ task<connection> listen_state::accept(std::stop_token token) {
             throw;
         }
         auto event = co_await cm->next_event(st->settings().connect_timeout);
-        if (event && event->type == RDMA_CM_EVENT_ESTABLISHED)
-            co_return make_connection(st->get_runtime(), st->settings(), std::move(cm));
+        if (event && event->type == RDMA_CM_EVENT_ESTABLISHED) {
+            connection conn = make_connection(st->get_runtime(), st->settings(), st->settings().capacity, std::move(cm));
+            if (waiter->hello) {
+                // A cordma client: its agent's control QP follows.
+                conn.state()->agent = std::make_shared<agent>(st->get_runtime()->pool, st->settings().agent, conn.peer());
+                st->awaiting_control_[waiter->hello->token] = conn.state();
+            }
+            co_return conn;
+        }
         // The client gave up mid-handshake: drop it, wait for the next.
     }
 }

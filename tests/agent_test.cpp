@@ -10,7 +10,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
+#include <cordma/listener.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
@@ -200,4 +202,31 @@ TEST_CASE("a malformed agent message closes the connection with the problem name
     CHECK_THROWS_WITH(sync_wait(f.server.send(buffer.all())),
                       Catch::Contains("agent protocol violation") && Catch::Contains("magic"));
     CHECK_THROWS_AS(sync_wait(f.server.request_remote_mr(64)), disconnected_error);
+}
+
+TEST_CASE("connections from the builder carry the agent over rdma_cm", "[agent][builder]") {
+    builder b;
+    listener l = b.listen(test::test_address() + ":0");
+    auto [server, client] = sync_wait(when_all(l.accept(), b.connect(l.address())));
+    auto pool = b.pool();
+    local_mr message = pool->allocate(32);
+    std::memcpy(message.data(), "over rdma_cm", 13);
+    local_mr got = sync_wait([&]() -> task<local_mr> {
+        remote_region region = co_await client.request_remote_mr(1024);
+        co_await client.write(message.slice(0, 13), region.slice(0, 13));
+        co_await client.send_remote_mr(std::move(region));
+        co_return co_await server.receive_local_mr();
+    }());
+    CHECK(std::memcmp(got.data(), "over rdma_cm", 13) == 0);
+    // And the other way round, on a second QP pair to the same peer.
+    auto [server2, client2] = sync_wait(when_all(l.accept(), client.new_connection()));
+    local_mr shared = pool->allocate(64);
+    std::memcpy(shared.data(), "client memory", 14);
+    local_mr into = pool->allocate(14);
+    sync_wait([&]() -> task<void> {
+        auto [sent, region] = co_await when_all(client2.send_local_mr(shared.all()), server2.receive_remote_mr());
+        (void)sent;
+        co_await server2.read(into.all(), region.slice(0, 14));
+    }());
+    CHECK(std::memcmp(into.data(), "client memory", 14) == 0);
 }

@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include <cordma/access.hpp>
+#include <cordma/agent_limits.hpp>
 #include <cordma/connection.hpp>
 #include <cordma/event_listener.hpp>
 #include <cordma/local_mr.hpp>
@@ -69,6 +70,8 @@ struct connection_settings {
     /// How long connect (and each accept handshake) may take in all.
     std::chrono::milliseconds connect_timeout{10'000};
     endpoint_exchange exchange = endpoint_exchange::rdma_cm;
+    /// What peers may take from this side through the memory-region agent.
+    cordma::agent_limits agent{};
 };
 
 class builder {
@@ -93,6 +96,7 @@ public:
     builder& polling(polling_mode mode);
     builder& connect_timeout(std::chrono::milliseconds limit);
     builder& exchange(endpoint_exchange how);
+    builder& agent_limits(const cordma::agent_limits& limits);
 
     const connection_settings& settings() const noexcept { return settings_; }
 

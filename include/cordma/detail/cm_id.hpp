@@ -48,8 +48,11 @@ public:
     /// CQs (growing them to fit). The id owns the QP until release_qp().
     void create_qp(const qp_capacity& capacity);
     ibv_qp* release_qp() noexcept {
+        // From here the connection state owns the QP and may destroy it
+        // before this id: librdmacm must not reach it (rdma_disconnect would
+        // modify it); the state moves it to ERROR itself.
         owns_qp_ = false;
-        return id_->qp;
+        return std::exchange(id_->qp, nullptr);
     }
 
     task<void> close() override;

@@ -24,6 +24,6 @@ listener listen_tcp(std::shared_ptr<runtime> rt, connection_settings settings, c
 rdma_conn_param connection_parameters(const runtime& rt, const connection_settings& settings);
 /// Listener thread: a connection over the cm id's QP, owning the id.
 connection make_connection(const std::shared_ptr<runtime>& rt, const connection_settings& settings,
-                           std::shared_ptr<cm_id> cm);
+                           const qp_capacity& capacity, std::shared_ptr<cm_id> cm);
 
 }  // namespace cordma::detail

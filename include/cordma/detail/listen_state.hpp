@@ -4,6 +4,8 @@
 
 #include <coroutine>
 #include <deque>
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -12,14 +14,23 @@
 #include <cordma/address.hpp>
 #include <cordma/builder.hpp>
 #include <cordma/detail/acceptor.hpp>
+#include <cordma/detail/cm_hello.hpp>
 #include <cordma/detail/cm_target.hpp>
 #include <cordma/detail/runtime.hpp>
 
 namespace cordma::detail {
 
+class connection_state;
+
+struct connect_request {
+    rdma_cm_id* id = nullptr;
+    std::optional<cm_hello> hello;
+};
+
 struct request_waiter {
     std::coroutine_handle<> handle;
     rdma_cm_id* id = nullptr;
+    std::optional<cm_hello> hello;
     bool done = false;
     bool cancelled = false;
 };
@@ -48,7 +59,8 @@ public:
                 }
                 if (self->pending_.empty())
                     return false;
-                waiter->id = self->pending_.front();
+                waiter->id = self->pending_.front().id;
+                waiter->hello = self->pending_.front().hello;
                 self->pending_.pop_front();
                 waiter->done = true;
                 return true;
@@ -69,12 +81,15 @@ private:
     listen_state(std::shared_ptr<detail::runtime> rt, connection_settings settings, const socket_address& where);
     static void dispatch(cm_target* self, const cm_event_copy& event) noexcept;
     void on_cm_event(const cm_event_copy& event) noexcept;
+    void accept_control(rdma_cm_id* id, std::uint64_t token) noexcept;
 
     std::shared_ptr<detail::runtime> rt_;
     connection_settings settings_;
     rdma_cm_id* id_ = nullptr;
     std::string address_;
-    std::deque<rdma_cm_id*> pending_;
+    std::deque<connect_request> pending_;
+    // Accepted connections whose agent's control QP has yet to arrive.
+    std::map<std::uint64_t, std::weak_ptr<connection_state>> awaiting_control_;
     std::deque<std::shared_ptr<request_waiter>> waiters_;
     bool closed_ = false;
     std::weak_ptr<listen_state> self_;
