@@ -1,5 +1,8 @@
 #include <cordma/detail/agent.hpp>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <system_error>
 
@@ -186,7 +189,9 @@ void agent::handle(const proto::message& m) {
 
 void agent::on_request(const proto::request_mr& m) {
     auto deny = [&](std::errc code, std::string reason) {
-        send_detached(proto::deny_mr{m.request_id, static_cast<std::uint32_t>(code), std::move(reason)});
+        // The reason may quote an exception: make it fit the wire's rules, or
+        // encoding fails and the requester is never answered.
+        send_detached(proto::deny_mr{m.request_id, static_cast<std::uint32_t>(code), proto::fit_reason(reason)});
     };
     access_flags rights = static_cast<access_flags>(static_cast<int>(m.access));
     if (m.size > limits_.max_region_size)
@@ -302,14 +307,24 @@ void agent::shut_down(const std::string& why) noexcept {
 task<remote_region> agent::request_remote_mr(std::size_t size, std::size_t alignment,
                                              std::chrono::milliseconds lease, access_flags rights) {
     auto self = shared_from_this();
+    if ((rights & remote_bits) == access_flags::none)
+        throw std::invalid_argument("request_remote_mr(size=" + std::to_string(size) + ") from " + peer_ +
+                                    ": rights must include remote_read, remote_write or remote_atomic");
     co_await ready();
     std::uint32_t id = next_request_id_++;
+    if (next_request_id_ == 0)
+        next_request_id_ = 1;  // 0 on the wire means "unsolicited"
     auto waiter = std::make_shared<handoff<proto::message>>();
-    requests_.emplace(id, waiter);
     proto::request_mr req{id, size, static_cast<std::uint32_t>(alignment),
-                          static_cast<std::uint32_t>(std::max<long long>(0, lease.count())),
+                          static_cast<std::uint32_t>(std::clamp<long long>(lease.count(), 0, UINT32_MAX)),
                           static_cast<std::uint32_t>(to_verbs(rights & remote_bits))};
-    co_await send_message(req);
+    requests_.emplace(id, waiter);
+    try {
+        co_await send_message(req);
+    } catch (...) {
+        requests_.erase(id);
+        throw;
+    }
     proto::message reply = co_await waiter->wait();
     if (auto* deny = std::get_if<proto::deny_mr>(&reply))
         throw std::system_error(std::make_error_code(static_cast<std::errc>(deny->code)),
@@ -320,10 +335,18 @@ task<remote_region> agent::request_remote_mr(std::size_t size, std::size_t align
 
 task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags rights) {
     auto self = shared_from_this();
+    if ((rights & remote_bits) == access_flags::none)
+        throw std::invalid_argument("send_local_mr to " + peer_ +
+                                    ": rights must include remote_read, remote_write or remote_atomic");
     co_await ready();
     proto::grant_mr g;
-    add_grant(std::move(region), rights, lease, g);
-    co_await send_message(g);
+    std::uint64_t id = add_grant(std::move(region), rights, lease, g);
+    try {
+        co_await send_message(g);
+    } catch (...) {
+        drop_grant(id, false);
+        throw;
+    }
 }
 
 task<remote_region> agent::receive_remote_mr() {

@@ -1,5 +1,6 @@
 #include <cordma/detail/agent_protocol.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cassert>
 #include <cinttypes>
@@ -163,6 +164,9 @@ std::size_t invalid_utf8_at(std::string_view s) noexcept {
 }
 
 std::string problem(const request_mr& m) {
+    // Answers echo the id, and a grant_mr with request_id 0 is unsolicited.
+    if (m.request_id == 0)
+        return "request_mr.request_id is 0";
     if (m.size == 0)
         return "request_mr.size is 0";
     if (m.size > max_request_size)
@@ -328,6 +332,34 @@ const char* to_string(message_type t) noexcept {
     case message_type::revoke_mr: return "revoke_mr";
     }
     return "unknown";
+}
+
+std::string fit_reason(std::string_view text) {
+    std::string out;
+    std::size_t cut = std::string::npos;  // where "..." goes if the text is too long
+    std::size_t i = 0;
+    while (i < text.size()) {
+        // The length of the valid character at i, or 0 for an invalid byte.
+        std::size_t n = 1;
+        auto c = static_cast<unsigned char>(text[i]);
+        if (c >= 0x80) {
+            n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+            if (n > text.size() - i || invalid_utf8_at(text.substr(i, n)) != std::string_view::npos)
+                n = 0;
+        }
+        if (out.size() + std::max<std::size_t>(n, 1) > max_reason_length - 3 && cut == std::string::npos)
+            cut = out.size();
+        if (out.size() + std::max<std::size_t>(n, 1) > max_reason_length)
+            return out.substr(0, cut) + "...";
+        if (n == 0)
+            out += '?';
+        else if (c < 0x20 || c == 0x7F)
+            out += ' ';
+        else
+            out.append(text.substr(i, n));
+        i += std::max<std::size_t>(n, 1);
+    }
+    return out;
 }
 
 std::size_t encode(const message& m, std::span<std::byte> out) {

@@ -10,6 +10,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <variant>
 
 namespace cordma::detail::agent_protocol {
@@ -94,6 +95,12 @@ const char* to_string(message_type t) noexcept;
 inline message_type type_of(const message& m) noexcept {
     return static_cast<message_type>(m.index() + 1);
 }
+
+/// `text` made into a reason deny_mr may carry: invalid UTF-8 bytes become
+/// '?', control characters (newlines, NUL, escapes) spaces, and anything
+/// past max_reason_length bytes is cut at a character boundary, ending in
+/// "...". For reasons built from exception messages or user input.
+std::string fit_reason(std::string_view text);
 
 class protocol_error : public std::runtime_error {
 public:
