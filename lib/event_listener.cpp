@@ -83,6 +83,9 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
 }
 
 event_listener::~event_listener() {
+    // Timers still pending when the thread stopped never fire.
+    for (timer_entry* entry : timers_)
+        delete entry;
     if (cm_channel_ != nullptr)
         rdma_destroy_event_channel(cm_channel_);
     io_uring_queue_exit(ring_.get());
@@ -162,25 +165,25 @@ void event_listener::on_cm_ready() {
     submit_poll(cm_channel_->fd, &cm_watch_);
 }
 
-namespace {
-
-struct timer_entry : detail::uring_target {
+struct event_listener::timer_entry : detail::uring_target {
     __kernel_timespec timeout{};
     std::function<void()> fn;
     std::shared_ptr<event_listener::timer> handle;
+    event_listener* owner = nullptr;
 };
-
-}  // namespace
 
 std::shared_ptr<event_listener::timer> event_listener::call_after(std::chrono::nanoseconds delay,
                                                                   std::function<void()> fn) {
     auto* entry = new timer_entry;
+    entry->owner = this;
+    timers_.insert(entry);
     entry->timeout.tv_sec = delay.count() / 1'000'000'000;
     entry->timeout.tv_nsec = delay.count() % 1'000'000'000;
     entry->fn = std::move(fn);
     entry->handle = std::make_shared<timer>();
     entry->on_ready = [](detail::uring_target* t, int) noexcept {
         std::unique_ptr<timer_entry> self(static_cast<timer_entry*>(t));
+        self->owner->timers_.erase(self.get());
         if (!self->handle->cancelled)
             self->fn();
     };

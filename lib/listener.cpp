@@ -61,14 +61,16 @@ void listen_state::dispatch(cm_target* self, const cm_event_copy& event) noexcep
 
 void listen_state::on_cm_event(const cm_event_copy& event) noexcept {
     if (event.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        // A control QP completes a connection already accepted: take it even
+        // after close(), or that client's connect would fail half-way.
+        auto hello = cm_hello::from(event);
+        if (hello && hello->kind == cm_hello::control)
+            return accept_control(event.id, hello->token);
         if (closed_) {
             rdma_reject(event.id, nullptr, 0);
             rdma_destroy_id(event.id);
             return;
         }
-        auto hello = cm_hello::from(event);
-        if (hello && hello->kind == cm_hello::control)
-            return accept_control(event.id, hello->token);
         if (!waiters_.empty()) {
             auto waiter = waiters_.front();
             waiters_.pop_front();

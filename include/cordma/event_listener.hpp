@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include <cordma/completion_queue.hpp>
@@ -140,6 +141,8 @@ private:
     rdma_event_channel* cm_channel_ = nullptr;
 
     // Listener thread only.
+    struct timer_entry;
+    std::unordered_set<timer_entry*> timers_;
     std::vector<completion_queue*> cqs_;
     std::vector<ibv_wc> wcs_;
 

@@ -1,0 +1,296 @@
+// rpc_server: answers requests from many clients at once, over RDMA
+// SEND/RECV (the wire format and the credit rule are in protocol.hpp).
+//
+// Usage: rpc_server ADDRESS [--depth N] [--clients N]
+//   ADDRESS      where to listen: "ip:port", ip an address of an RDMA device
+//                (or 0.0.0.0), port an rdma_cm port (not a TCP one)
+//   --depth N    receives kept posted per client = the credits it is given:
+//                how many requests it may have outstanding (default 64)
+//   --clients N  exit once N clients have come and gone (default: serve
+//                until killed)
+//
+// Everything runs on the builder's event listener thread, one coroutine per
+// job:
+//   serve()           accepts clients, starts a session() for each
+//   session()         posts `depth` receives (a serve_requests() each), then
+//                     waits for the client to leave
+//   serve_requests()  receive a request, answer it (hello: with the credits;
+//                     anything else: with the handler), post the receive
+//                     again, send the response; repeat
+//   handle()          the application: echo, add, upper
+// A client that disconnects (or is killed) ends its session; a client that
+// breaks the protocol is disconnected. Neither affects the other clients.
+
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include <cordma/builder.hpp>
+#include <cordma/error.hpp>
+#include <cordma/listener.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+#include <cordma/task_group.hpp>
+#include <cordma/when_all.hpp>
+
+#include "protocol.hpp"
+
+using namespace cordma;
+
+namespace {
+
+/// What a handler produced: the response's status and how many payload bytes
+/// it wrote.
+struct answer {
+    rpc::status code = rpc::status::ok;
+    std::size_t length = 0;
+};
+
+/// Runs one request: reads its payload, writes the response payload into
+/// `response` (rpc::max_payload bytes). Called on the event listener thread,
+/// inline: it must not block, or every client waits.
+using handler = std::function<answer(rpc::method, std::string_view request, std::span<char> response)>;
+
+answer handle(rpc::method method, std::string_view request, std::span<char> response) {
+    switch (method) {
+    case rpc::method::echo:
+        std::memcpy(response.data(), request.data(), request.size());
+        return {rpc::status::ok, request.size()};
+    case rpc::method::upper:
+        for (std::size_t i = 0; i < request.size(); ++i)
+            response[i] = static_cast<char>(std::toupper(static_cast<unsigned char>(request[i])));
+        return {rpc::status::ok, request.size()};
+    case rpc::method::add: {
+        auto operands = rpc::from_payload<rpc::add_request>(request);
+        if (!operands)
+            return {rpc::status::bad_request, 0};
+        // Wraps around instead of overflowing (which would be undefined).
+        auto sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(operands->a) +
+                                             static_cast<std::uint64_t>(operands->b));
+        std::memcpy(response.data(), &sum, sizeof sum);
+        return {rpc::status::ok, sizeof sum};
+    }
+    case rpc::method::hello:
+        break;
+    }
+    return {rpc::status::unknown_method, 0};
+}
+
+void say(const std::string& line) {
+    std::printf("rpc_server: %s\n", line.c_str());
+    std::fflush(stdout);  // the demo reads our output through a file
+}
+
+std::string describe(const std::exception_ptr& error) {
+    try {
+        std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+        return e.what();
+    } catch (...) {
+        return "an unknown exception";
+    }
+}
+
+/// True if `error` only says the client went away: its disconnect flushed
+/// our posted receives (or a later operation found the connection closed).
+bool client_left(const std::exception_ptr& error) {
+    try {
+        std::rethrow_exception(error);
+    } catch (const work_completion_error& e) {
+        return e.status() == IBV_WC_WR_FLUSH_ERR;
+    } catch (const disconnected_error&) {
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
+struct totals {
+    std::uint64_t clients = 0;
+    std::uint64_t calls = 0;
+};
+
+/// What the workers of one client share. Listener thread only.
+struct session_state {
+    session_state(connection c, const handler& h) : conn(std::move(c)), handle(h) {}
+
+    connection conn;
+    const handler& handle;
+    std::uint32_t credits = 0;
+    std::uint64_t calls = 0;
+    std::exception_ptr failure;  // the first error that was not the client leaving
+};
+
+/// One receive kept posted for the whole session, and the requests that land
+/// in it. Returns when the connection ends; never throws.
+task<void> serve_requests(session_state& s, local_slice in, local_slice out) {
+    std::exception_ptr error;
+    try {
+        recv_result got = co_await s.conn.recv(in);
+        for (;;) {
+            rpc::message request = rpc::decode(in.bytes().first(got.length));
+            std::span<char> response = rpc::payload_area(out.bytes());
+            answer a;
+            if (request.head.op == rpc::method::hello) {
+                // The session's own method: how many requests the client may
+                // have outstanding.
+                auto hello = rpc::hello{.credits = s.credits, .max_message = rpc::max_message};
+                std::memcpy(response.data(), &hello, sizeof hello);
+                a = {rpc::status::ok, sizeof hello};
+            } else {
+                a = s.handle(request.head.op, request.payload, response);
+                ++s.calls;
+            }
+            std::size_t length = rpc::write_header(
+                out.bytes(), {.id = request.head.id, .op = request.head.op, .code = a.code,
+                              .length = static_cast<std::uint32_t>(a.length)});
+            // Post the receive again before sending the response: once the
+            // client has the response it may send its next request at once,
+            // and that request must find a receive waiting. (when_all starts
+            // the receive first; `in` is free, the request was used above.)
+            auto [next, sent] = co_await when_all(s.conn.recv(in), s.conn.send(out.slice(0, length)));
+            (void)sent;
+            got = next;
+        }
+    } catch (...) {
+        error = std::current_exception();
+    }
+    if (!client_left(error)) {
+        if (!s.failure)
+            s.failure = error;
+        // Disconnect the client: that flushes the other workers' receives,
+        // so they end too.
+        co_await s.conn.close();
+    }
+}
+
+/// Serves one client until it leaves. Never throws: whatever happens to one
+/// client is logged and does not concern the others.
+task<void> session(connection conn, std::shared_ptr<memory_pool> pool, std::uint32_t depth, const handler& handle,
+                   totals& total) {
+    session_state s(conn, handle);
+    s.credits = depth;
+    std::string peer = conn.peer();
+    task_group workers;
+    try {
+        // One registered region for all of this client's buffers: a receive
+        // buffer and a send buffer per credit.
+        local_mr buffers = pool->allocate(2 * std::size_t{depth} * rpc::max_message);
+        auto buffer = [&](std::size_t i) { return buffers.slice(i * rpc::max_message, rpc::max_message); };
+        // This runs inline from accept(), before the listener thread handles
+        // anything else, so the receives are posted the moment the
+        // connection is up: the client's first request finds one.
+        for (std::uint32_t i = 0; i < depth; ++i)
+            workers.spawn(serve_requests(s, buffer(2 * i), buffer(2 * i + 1)));  // returns with its receive posted
+        say("client " + peer + " connected; it may have " + std::to_string(depth) + " requests in flight");
+    } catch (...) {
+        s.failure = std::current_exception();
+    }
+    if (s.failure)
+        co_await conn.close();  // ends the workers that did start
+    co_await workers.join();
+    co_await conn.close();  // usually the client closed already: then a no-op
+    total.calls += s.calls;
+    if (s.failure)
+        say("client " + peer + " disconnected after " + std::to_string(s.calls) + " calls: " + describe(s.failure));
+    else
+        say("client " + peer + " left after " + std::to_string(s.calls) + " calls");
+}
+
+struct options {
+    std::string address;
+    std::uint32_t depth = 64;
+    std::uint64_t clients = 0;  // 0: forever
+};
+
+task<totals> serve(listener l, std::shared_ptr<memory_pool> pool, options opt) {
+    const handler handler_fn = handle;
+    totals total;
+    task_group sessions;
+    while (opt.clients == 0 || total.clients < opt.clients) {
+        connection conn;
+        try {
+            conn = co_await l.accept();
+        } catch (const disconnected_error&) {
+            break;  // the listener was closed
+        } catch (const std::exception& e) {
+            // One client's failed handshake (e.g. no memory for its queue
+            // pair) is no reason to stop serving the others.
+            say(std::string("accepting a client failed: ") + e.what());
+            continue;
+        }
+        ++total.clients;
+        sessions.spawn(session(conn, pool, opt.depth, handler_fn, total));
+    }
+    co_await sessions.join();
+    // Only now: closing the listener refuses what it has not accepted yet,
+    // and a client counts as connected only once its whole handshake is done.
+    l.close();
+    co_return total;
+}
+
+struct usage_error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+std::uint64_t parse_number(std::string_view flag, const char* text, std::uint64_t low, std::uint64_t high) {
+    std::uint64_t value = 0;
+    std::string_view s = text != nullptr ? text : "";
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size() || value < low || value > high)
+        throw usage_error(std::string(flag) + " wants a number in " + std::to_string(low) + ".." +
+                          std::to_string(high) + ", got '" + std::string(s) + "'");
+    return value;
+}
+
+options parse_options(int argc, char** argv) {
+    options opt;
+    for (int i = 1; i < argc; ++i) {
+        std::string_view arg = argv[i];
+        if (arg == "--depth")
+            opt.depth = static_cast<std::uint32_t>(parse_number(arg, i + 1 < argc ? argv[++i] : nullptr, 1, 1024));
+        else if (arg == "--clients")
+            opt.clients = parse_number(arg, i + 1 < argc ? argv[++i] : nullptr, 1, UINT64_MAX);
+        else if (arg.starts_with("-"))
+            throw usage_error("unknown option '" + std::string(arg) + "'");
+        else if (opt.address.empty())
+            opt.address = arg;
+        else
+            throw usage_error("one ADDRESS only, got '" + opt.address + "' and '" + std::string(arg) + "'");
+    }
+    if (opt.address.empty())
+        throw usage_error("no ADDRESS to listen on");
+    return opt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    options opt;
+    try {
+        opt = parse_options(argc, argv);
+    } catch (const usage_error& e) {
+        std::fprintf(stderr, "rpc_server: %s\nusage: rpc_server ADDRESS [--depth N] [--clients N]\n", e.what());
+        return 2;
+    }
+    try {
+        builder b;
+        // Each client's queue pair holds one receive and one send per credit.
+        b.recv_queue_depth(opt.depth).send_queue_depth(opt.depth);
+        listener l = b.listen(opt.address);
+        say("listening on " + l.address() +
+            (opt.clients ? "; exiting after " + std::to_string(opt.clients) + " client(s)" : std::string()));
+        totals total = sync_wait(serve(l, b.pool(), opt));
+        say("served " + std::to_string(total.clients) + " client(s), " + std::to_string(total.calls) + " calls");
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "rpc_server: %s\n", e.what());
+        return 1;
+    }
+}
