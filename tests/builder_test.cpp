@@ -189,3 +189,314 @@ TEST_CASE("a peer killed with 100 operations in flight fails them all promptly",
     connection again = sync_wait(l.accept());
     CHECK(sync_wait(echo_once(again, pool, "still here")) == "still here");
 }
+
+// ---------------------------------------------------------------------------
+// The TCP endpoint exchange (endpoint_exchange::tcp): the same traffic as
+// above, with the QP endpoints carried over a TCP socket that then stays open
+// to tell each side when the other goes; plus its own errors.
+
+#include <array>
+#include <cstdint>
+#include <stop_token>
+#include <thread>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#include <cordma/detail/tcp_exchange.hpp>
+
+namespace {
+
+builder tcp_builder() {
+    builder b;
+    b.exchange(endpoint_exchange::tcp);
+    return b;
+}
+
+task<void> recv_once(connection conn, local_mr buffer) { co_await conn.recv(buffer.all()); }
+
+}  // namespace
+
+TEST_CASE("over the TCP endpoint exchange, connect and accept in one process carry data both ways", "[builder][tcp]") {
+    builder b = tcp_builder();
+    listener l = b.listen(any_port());
+    INFO("listening on " << l.address());
+    CHECK_THAT(l.address(), !Catch::EndsWith(":0"));  // the port really bound
+    auto [server, client] = sync_wait(when_all(l.accept(), b.connect(l.address())));
+    auto pool = b.pool();
+    auto [a, c] = sync_wait(when_all(echo_once(server, pool, "from the server"), echo_once(client, pool, "from the client")));
+    CHECK(a == "from the client");
+    CHECK(c == "from the server");
+    CHECK_THAT(client.peer(), Catch::StartsWith(test::test_address()));
+    CHECK_THAT(server.peer(), Catch::StartsWith(test::test_address()));
+
+    SECTION("closing one side fails the other's operations, through the socket") {
+        sync_wait(client.close());
+        CHECK(client.is_broken());
+        CHECK_THROWS_AS(sync_wait(recv_once(server, pool->allocate(64))), std::system_error);
+        CHECK_THROWS_WITH(sync_wait(server.send(pool->allocate(8).all())),
+                          Catch::Contains("disconnected (TCP exchange socket closed)"));
+    }
+    SECTION("the connecting side opens another queue pair to the same listener") {
+        auto [server2, client2] = sync_wait(when_all(l.accept(), client.new_connection()));
+        auto [a2, c2] = sync_wait(when_all(echo_once(server2, pool, "s2"), echo_once(client2, pool, "c2")));
+        CHECK(a2 == "c2");
+        CHECK(c2 == "s2");
+        CHECK(client2.qp()->qp_num() != client.qp()->qp_num());
+    }
+}
+
+TEST_CASE("over the TCP endpoint exchange, 64 clients connect to one listener at once and each exchanges data",
+          "[builder][tcp]") {
+    builder b = tcp_builder();
+    listener l = b.listen(any_port());
+    constexpr int clients = 64;
+    std::vector<task<std::string>> work;
+    auto pool = b.pool();
+    for (int i = 0; i < clients; ++i) {
+        work.push_back([](builder bb, listener ll, std::shared_ptr<memory_pool> p, int n) -> task<std::string> {
+            auto [s, c] = co_await when_all(ll.accept(), bb.connect(ll.address()));
+            auto [from_client, from_server] =
+                co_await when_all(echo_once(s, p, "s" + std::to_string(n)), echo_once(c, p, "c" + std::to_string(n)));
+            co_return from_client + "/" + from_server;
+        }(b, l, pool, i));
+    }
+    auto results = sync_wait(when_all(std::move(work)));
+    int matched = 0;
+    for (const auto& r : results)
+        matched += r.size() >= 4 && r[0] == 'c' && r.find("/s") != std::string::npos;
+    CHECK(matched == clients);
+}
+
+TEST_CASE("over the TCP endpoint exchange, connect to a port with nothing listening is refused in under a second",
+          "[builder][tcp]") {
+    builder b = tcp_builder();
+    (void)b.event_loop();
+    auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_MATCHES(sync_wait(b.connect(test::test_address() + ":19999")), std::system_error,
+                         Catch::Predicate<std::system_error>([](const std::system_error& e) {
+                             INFO(e.what());
+                             return e.code() == std::errc::connection_refused &&
+                                    std::string(e.what()).find("connect to " + test::test_address() +
+                                                               ":19999: connection refused") != std::string::npos;
+                         }));
+    CHECK(std::chrono::steady_clock::now() - start < 1s);
+}
+
+TEST_CASE("over the TCP endpoint exchange, a peer that never answers times out after the connect timeout",
+          "[builder][tcp]") {
+    // 10.77.0.9 is on rxe0's subnet but nobody has it: the SYN goes nowhere.
+    builder b = tcp_builder();
+    b.connect_timeout(1500ms);
+    auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_MATCHES(sync_wait(b.connect("10.77.0.9:7471")), std::system_error,
+                         Catch::Predicate<std::system_error>([](const std::system_error& e) {
+                             INFO(e.what());
+                             return e.code() == std::errc::timed_out &&
+                                    std::string(e.what()).find("timed out after 1.5 s") != std::string::npos;
+                         }));
+    auto took = std::chrono::steady_clock::now() - start;
+    CHECK(took >= 1400ms);
+    CHECK(took < 5s);
+}
+
+TEST_CASE("over the TCP endpoint exchange, a malformed endpoint message gets an error naming the field",
+          "[builder][tcp]") {
+    // A TCP server that answers with whatever the section says.
+    asio::io_context context;
+    asio::ip::tcp::acceptor raw(context, asio::ip::tcp::endpoint(asio::ip::make_address(test::test_address()), 0));
+    std::string where = test::test_address() + ":" + std::to_string(raw.local_endpoint().port());
+    using message = std::array<std::uint8_t, detail::endpoint_message_size>;
+    auto serve = [&raw](message reply) {
+        return std::thread([&raw, reply] {
+            asio::ip::tcp::socket s = raw.accept();
+            asio::write(s, asio::buffer(reply));
+            message in{};
+            asio::error_code ec;
+            asio::read(s, asio::buffer(in), ec);  // the client's endpoint
+            asio::read(s, asio::buffer(in), ec);  // then EOF: it gave up
+        });
+    };
+    auto fails_naming = [](const std::string& field) {
+        return Catch::Predicate<std::system_error>([field](const std::system_error& e) {
+            INFO(e.what());
+            return e.code() == std::errc::protocol_error &&
+                   std::string(e.what()).find("malformed endpoint message") != std::string::npos &&
+                   std::string(e.what()).find("field '" + field + "'") != std::string::npos;
+        });
+    };
+    builder b = tcp_builder();
+    ibv_gid gid{};
+    gid.raw[10] = gid.raw[11] = 0xff;
+    gid.raw[12] = 10;
+    detail::endpoint_message good{{.qpn = 17, .psn = 1, .gid = gid, .lid = 0}, IBV_MTU_1024};
+
+    SECTION("not cordma at all: the magic") {
+        message http{};
+        std::memcpy(http.data(), "HTTP/1.1 400 Bad Request\r\n\r\n", 28);
+        std::thread server = serve(http);
+        CHECK_THROWS_MATCHES(sync_wait(b.connect(where)), std::system_error, fails_naming("magic"));
+        server.join();
+    }
+    SECTION("a version this side does not speak") {
+        message m = detail::encode_endpoint_message(good);
+        m[5] = 9;
+        std::thread server = serve(m);
+        CHECK_THROWS_MATCHES(sync_wait(b.connect(where)), std::system_error, fails_naming("version"));
+        server.join();
+    }
+    SECTION("a QP number wider than 24 bits") {
+        detail::endpoint_message wide = good;
+        wide.endpoint.qpn = 1u << 24;
+        std::thread server = serve(detail::encode_endpoint_message(wide));
+        CHECK_THROWS_MATCHES(sync_wait(b.connect(where)), std::system_error, fails_naming("qpn"));
+        server.join();
+    }
+    SECTION("an MTU code out of range") {
+        message m = detail::encode_endpoint_message(good);
+        m[32] = 7;
+        std::thread server = serve(m);
+        CHECK_THROWS_MATCHES(sync_wait(b.connect(where)), std::system_error, fails_naming("mtu"));
+        server.join();
+    }
+}
+
+TEST_CASE("the TCP endpoint message round-trips and every rejected field is named", "[builder][tcp]") {
+    ibv_gid gid{};
+    for (int i = 0; i < 16; ++i)
+        gid.raw[i] = static_cast<std::uint8_t>(i + 1);
+    detail::endpoint_message sent{{.qpn = 0x123456, .psn = 0xabcdef, .gid = gid, .lid = 0x1234}, IBV_MTU_2048};
+    auto bytes = detail::encode_endpoint_message(sent);
+    CHECK(bytes.size() == 36);
+    CHECK(bytes[0] == 'C');
+    CHECK(bytes[3] == 'M');
+    CHECK(bytes[8] == 0x00);  // qpn, big-endian
+    CHECK(bytes[9] == 0x12);
+    CHECK(bytes[11] == 0x56);
+    auto got = detail::decode_endpoint_message(bytes);
+    CHECK(got.endpoint.qpn == sent.endpoint.qpn);
+    CHECK(got.endpoint.psn == sent.endpoint.psn);
+    CHECK(got.endpoint.lid == sent.endpoint.lid);
+    CHECK(std::memcmp(got.endpoint.gid.raw, gid.raw, 16) == 0);
+    CHECK(got.mtu == IBV_MTU_2048);
+
+    auto broken = [&](auto change) {
+        auto copy = bytes;
+        change(copy);
+        return copy;
+    };
+    using Catch::Contains;
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[0] = 'X'; })), Contains("field 'magic'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[5] = 2; })),
+                      Contains("field 'version' is 2"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[8] = 1; })), Contains("field 'qpn'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[9] = m[10] = 0, m[11] = 1; })),
+                      Contains("field 'qpn' is 1"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[12] = 1; })), Contains("field 'psn'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) {
+                          std::fill(m.begin() + 16, m.begin() + 32, 0);
+                          m[6] = m[7] = 0;
+                      })),
+                      Contains("field 'gid'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[32] = 0; })), Contains("field 'mtu'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[35] = 1; })),
+                      Contains("field 'reserved'"));
+}
+
+TEST_CASE("a TCP exchange listener's waiting accept can be cancelled, and closing it fails the rest",
+          "[builder][tcp]") {
+    builder b = tcp_builder();
+    listener l = b.listen(any_port());
+    std::stop_source stop;
+    std::thread canceller([&] {
+        std::this_thread::sleep_for(100ms);
+        stop.request_stop();
+    });
+    CHECK_THROWS_AS(sync_wait(l.accept(stop.get_token())), operation_cancelled);
+    canceller.join();
+    std::thread closer([&] {
+        std::this_thread::sleep_for(100ms);
+        l.close();
+    });
+    CHECK_THROWS_AS(sync_wait(l.accept()), disconnected_error);
+    closer.join();
+    // A client arriving now is refused or sees the socket close.
+    CHECK_THROWS_AS(sync_wait(b.connect(l.address())), std::system_error);
+}
+
+TEST_CASE("a TCP exchange listener drops clients that say nothing or send junk, and accepts the next",
+          "[builder][tcp]") {
+    builder b = tcp_builder();
+    b.connect_timeout(500ms);
+    listener l = b.listen(any_port());
+    auto port = static_cast<std::uint16_t>(std::stoi(l.address().substr(l.address().rfind(':') + 1)));
+    asio::io_context context;
+    asio::ip::tcp::endpoint endpoint(asio::ip::make_address(test::test_address()), port);
+    asio::ip::tcp::socket silent(context);
+    silent.connect(endpoint);
+    asio::ip::tcp::socket noisy(context);
+    noisy.connect(endpoint);
+    std::array<std::uint8_t, detail::endpoint_message_size> junk;
+    junk.fill('x');
+    asio::write(noisy, asio::buffer(junk));
+    // A real client, with its own (default, longer) timeout: it waits while
+    // the listener gives up on the silent one and rejects the noisy one.
+    builder other = tcp_builder();
+    auto start = std::chrono::steady_clock::now();
+    auto [server, client] = sync_wait(when_all(l.accept(), other.connect(l.address())));
+    CHECK(std::chrono::steady_clock::now() - start >= 450ms);
+    auto [a, c] = sync_wait(when_all(echo_once(server, b.pool(), "to the client"),
+                                     echo_once(client, other.pool(), "to the server")));
+    CHECK(a == "to the server");
+    CHECK(c == "to the client");
+}
+
+TEST_CASE("over the TCP endpoint exchange, connect and accept across two processes", "[builder][process][tcp]") {
+    builder b = tcp_builder();
+    listener l = b.listen(any_port());
+    peer_process peer({"echo", l.address(), "tcp"});
+    connection conn = sync_wait(l.accept());
+    auto pool = b.pool();
+    CHECK(sync_wait(echo_once(conn, pool, "hello, other process")) == "hello, other process");
+    CHECK(peer.wait() == 0);
+}
+
+TEST_CASE("over the TCP endpoint exchange, a peer killed with 100 operations in flight fails them all promptly",
+          "[builder][process][tcp]") {
+    builder b = tcp_builder();
+    listener l = b.listen(any_port());
+    peer_process peer({"sleep", l.address(), "tcp"});
+    connection conn = sync_wait(l.accept());
+    auto pool = b.pool();
+    std::vector<task<bool>> pending;
+    for (int i = 0; i < 100; ++i)
+        pending.push_back([](connection c, local_mr buffer) -> task<bool> {
+            try {
+                co_await c.recv(buffer.all());
+                co_return false;
+            } catch (const std::system_error&) {
+                co_return true;
+            }
+        }(conn, pool->allocate(64)));
+    auto failures = [&]() -> task<std::vector<bool>> { co_return co_await when_all(std::move(pending)); };
+    std::vector<bool> failed;
+    auto start = std::chrono::steady_clock::now();
+    std::thread killer([&] {
+        std::this_thread::sleep_for(300ms);
+        start = std::chrono::steady_clock::now();
+        kill(peer.pid, SIGKILL);
+    });
+    failed = sync_wait(failures());
+    auto took = std::chrono::steady_clock::now() - start;
+    killer.join();
+    CHECK(std::count(failed.begin(), failed.end(), true) == 100);
+    CHECK(took < 5s);
+    CHECK_THROWS_WITH(sync_wait(conn.send(pool->allocate(8).all())),
+                      Catch::Contains("disconnected (TCP exchange socket closed)"));
+    // The survivor accepts a new client.
+    peer_process next({"echo", l.address(), "tcp"});
+    connection again = sync_wait(l.accept());
+    CHECK(sync_wait(echo_once(again, pool, "still here")) == "still here");
+}

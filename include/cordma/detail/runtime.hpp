@@ -22,6 +22,10 @@ struct runtime {
     // Work requests all live QPs on the shared CQs may have outstanding.
     int send_entries_in_use = 0;
     int recv_entries_in_use = 0;
+    /// The TCP endpoint exchange's io_context thread (lib/tcp_exchange.cpp),
+    /// started by the first TCP connect or listen; stopped and joined when
+    /// the runtime goes.
+    std::shared_ptr<class tcp_service> tcp;
 
     /// Listener thread. Makes room on the shared CQs for a QP of `capacity`
     /// (a CQ that can overflow loses completions) and returns a releaser

@@ -1,0 +1,59 @@
+#pragma once
+/// The TCP endpoint exchange (endpoint_exchange::tcp): for peers that cannot
+/// use rdma_cm, each side sends the other its QP endpoint over a TCP socket,
+/// and the socket stays open afterwards to tell each side when the other goes.
+///
+/// The conversation, the same for both sides (all integers big-endian):
+///
+///     -> endpoint message (36 bytes)      <- endpoint message (36 bytes)
+///        both QPs go RESET -> INIT -> RTR -> RTS
+///     -> ready (1 byte, 'R')              <- ready (1 byte, 'R')
+///        then nothing more; EOF or an error on the socket means the peer is gone
+///
+/// Endpoint message, version 1:
+///
+///     offset  size  field
+///          0     4  magic     0x4352444d ("CRDM")
+///          4     2  version   1
+///          6     2  lid       0 on RoCE
+///          8     4  qpn       24 bits, >= 2
+///         12     4  psn       24 bits
+///         16    16  gid       raw, as ibv_gid
+///         32     1  mtu       ibv_mtu code 1..5 (256..4096 bytes): the
+///                             sender's path MTU cap; both use the smaller
+///         33     3  reserved  zero
+///
+/// "ready" waits until both QPs are in RTS, so neither side sends before the
+/// other can receive. The Asio side (io_context thread, sockets) lives in
+/// lib/tcp_exchange.cpp; this header carries no Asio.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include <cordma/queue_pair.hpp>
+
+namespace cordma::detail {
+
+/// One side's endpoint message: what the other needs to connect its QP.
+struct endpoint_message {
+    qp_endpoint endpoint;
+    ibv_mtu mtu = IBV_MTU_4096;
+};
+
+inline constexpr std::uint32_t endpoint_magic = 0x4352444d;  // "CRDM"
+inline constexpr std::uint16_t endpoint_version = 1;
+inline constexpr std::size_t endpoint_message_size = 36;
+inline constexpr std::uint8_t ready_byte = 'R';
+
+std::array<std::uint8_t, endpoint_message_size> encode_endpoint_message(const endpoint_message& message);
+
+/// Checks every field. Throws std::invalid_argument naming the first field
+/// that is wrong and its value ("field 'version' is 9, this side speaks 1").
+endpoint_message decode_endpoint_message(std::span<const std::uint8_t, endpoint_message_size> bytes);
+
+/// One io_context thread per runtime, made on first use (runtime::tcp).
+class tcp_service;
+
+}  // namespace cordma::detail
