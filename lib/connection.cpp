@@ -347,9 +347,8 @@ task<void> connection::close() {
 std::shared_ptr<detail::agent> connection::agent_for(const char* call) const {
     if (!state_->agent)
         throw std::logic_error(std::string("connection::") + call + " to " + peer() +
-                               ": this connection has no agent: it was made with connection::adopt, with the TCP "
-                               "endpoint exchange (not yet supported for the agent), or the peer is not cordma. "
-                               "Connections over rdma_cm and from connect_loopback have one");
+                               ": this connection has no agent: it was made with connection::adopt, or the peer is "
+                               "not cordma. Connections from a builder and from connect_loopback have one");
     return state_->agent;
 }
 

@@ -19,6 +19,8 @@
 // the listener thread is results and, for an accepted client, a plain file
 // descriptor: nothing whose destruction needs the io_context.
 
+#include <cordma/detail/agent.hpp>
+#include <cordma/detail/cm_hello.hpp>
 #include <cordma/detail/tcp_exchange.hpp>
 
 #include <unistd.h>
@@ -397,8 +399,12 @@ public:
     /// created; given back when the channel goes.
     void reserve(const qp_capacity& capacity) {
         rt_->reserve(capacity);
+        if (!reserved_)
+            capacity_ = qp_capacity{.max_send_wr = 0, .max_recv_wr = 0};
         reserved_ = true;
-        capacity_ = capacity;
+        // Two QPs per connection (data and the agent's control): sum them.
+        capacity_.max_send_wr += capacity.max_send_wr;
+        capacity_.max_recv_wr += capacity.max_recv_wr;
     }
 
     /// Shuts the socket down (the peer reads EOF) and returns once that is
@@ -504,6 +510,37 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
                               who + ": malformed endpoint message from the peer: " + e.what());
     }
 
+    // The agent's control QP: a second endpoint over the same socket, same
+    // format, so user traffic and agent traffic never share a receive queue.
+    channel->reserve(control_capacity);
+    auto control_qp = queue_pair::create(rt->pd, rt->send_cq, rt->recv_cq, control_capacity);
+    io->sent = encode_endpoint_message({control_qp->local_endpoint(port, gid_index), mtu});
+    check(co_await on_io(service, listener, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_write(io->socket, asio::buffer(io->sent), std::move(done));
+                         }),
+          who, limit, "sending our agent endpoint");
+    check(co_await on_io(service, listener, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_read(io->socket, asio::buffer(io->received), std::move(done));
+                         }),
+          who, limit, "waiting for the peer's agent endpoint");
+    endpoint_message remote_control;
+    try {
+        remote_control = decode_endpoint_message(io->received);
+    } catch (const std::invalid_argument& e) {
+        throw handshake_error(std::make_error_code(std::errc::protocol_error),
+                              who + ": malformed agent endpoint message from the peer: " + e.what());
+    }
+    control_qp->connect(remote_control.endpoint, {.port = port,
+                                                  .gid_index = gid_index,
+                                                  .mtu = std::min(mtu, remote_control.mtu),
+                                                  .timeout = settings.timeout,
+                                                  .retry_count = settings.retry_count,
+                                                  .rnr_retry = 7,
+                                                  .min_rnr_timer = settings.min_rnr_timer,
+                                                  .remote_rights = access_flags::none});
+
     qp->connect(remote.endpoint, {.port = port,
                                   .gid_index = gid_index,
                                   .mtu = std::min(mtu, remote.mtu),
@@ -542,8 +579,10 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
                                   std::to_string(io->ready_received) + ", expected " + std::to_string(ready_byte) +
                                   " ('R')");
 
-    auto state = std::make_shared<connection_state>(rt->listener, std::move(qp), std::move(peer));
+    auto state = std::make_shared<connection_state>(rt->listener, std::move(qp), peer);
     state->set_transport(std::move(channel));
+    state->agent = std::make_shared<agent>(rt->pool, settings.agent, peer);
+    state->agent->attach(connection::adopt(rt->listener, std::move(control_qp), peer + " (agent)"), state);
     co_return connection::adopt_state(std::move(state));
 }
 

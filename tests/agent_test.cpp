@@ -230,3 +230,20 @@ TEST_CASE("connections from the builder carry the agent over rdma_cm", "[agent][
     }());
     CHECK(std::memcmp(into.data(), "client memory", 14) == 0);
 }
+
+TEST_CASE("connections over the TCP endpoint exchange carry the agent too", "[agent][tcp]") {
+    builder b;
+    b.exchange(endpoint_exchange::tcp);
+    listener l = b.listen(test::test_address() + ":0");
+    auto [server, client] = sync_wait(when_all(l.accept(), b.connect(l.address())));
+    auto pool = b.pool();
+    local_mr message = pool->allocate(32);
+    std::memcpy(message.data(), "over tcp", 9);
+    local_mr got = sync_wait([&]() -> task<local_mr> {
+        remote_region region = co_await client.request_remote_mr(512);
+        co_await client.write(message.slice(0, 9), region.slice(0, 9));
+        co_await client.send_remote_mr(std::move(region));
+        co_return co_await server.receive_local_mr();
+    }());
+    CHECK(std::memcmp(got.data(), "over tcp", 9) == 0);
+}
