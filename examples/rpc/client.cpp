@@ -33,6 +33,7 @@
 #include <cordma/task_group.hpp>
 #include <cordma/when_all.hpp>
 
+#include "command_line.hpp"
 #include "protocol.hpp"
 
 using namespace cordma;
@@ -406,37 +407,23 @@ task<results> run(builder& b, const options& opt) {
     co_return r;
 }
 
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
-std::uint64_t parse_number(std::string_view flag, const char* text, std::uint64_t low, std::uint64_t high) {
-    std::uint64_t value = 0;
-    std::string_view s = text != nullptr ? text : "";
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-    if (s.empty() || ec != std::errc() || end != s.data() + s.size() || value < low || value > high)
-        throw usage_error(std::string(flag) + " wants a number in " + std::to_string(low) + ".." +
-                          std::to_string(high) + ", got '" + std::string(s) + "'");
-    return value;
-}
-
 options parse_options(int argc, char** argv) {
     options opt;
     for (int i = 1; i < argc; ++i) {
         std::string_view arg = argv[i];
         if (arg == "--calls")
-            opt.calls = parse_number(arg, i + 1 < argc ? argv[++i] : nullptr, 1, 1'000'000'000);
+            opt.calls = rpc::parse_number(arg, i + 1 < argc ? argv[++i] : nullptr, 1, 1'000'000'000);
         else if (arg == "--depth")
-            opt.depth = static_cast<std::uint32_t>(parse_number(arg, i + 1 < argc ? argv[++i] : nullptr, 1, 1024));
+            opt.depth = static_cast<std::uint32_t>(rpc::parse_number(arg, i + 1 < argc ? argv[++i] : nullptr, 1, 1024));
         else if (arg.starts_with("-"))
-            throw usage_error("unknown option '" + std::string(arg) + "'");
+            throw rpc::usage_error("unknown option '" + std::string(arg) + "'");
         else if (opt.address.empty())
             opt.address = arg;
         else
-            throw usage_error("one ADDRESS only, got '" + opt.address + "' and '" + std::string(arg) + "'");
+            throw rpc::usage_error("one ADDRESS only, got '" + opt.address + "' and '" + std::string(arg) + "'");
     }
     if (opt.address.empty())
-        throw usage_error("no server ADDRESS");
+        throw rpc::usage_error("no server ADDRESS");
     return opt;
 }
 
@@ -446,7 +433,7 @@ int main(int argc, char** argv) {
     options opt;
     try {
         opt = parse_options(argc, argv);
-    } catch (const usage_error& e) {
+    } catch (const rpc::usage_error& e) {
         std::fprintf(stderr, "rpc_client: %s\nusage: rpc_client ADDRESS [--calls N] [--depth D]\n", e.what());
         return 2;
     }
