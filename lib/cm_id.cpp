@@ -3,6 +3,7 @@
 #include <system_error>
 
 #include <cordma/detail/check.hpp>
+#include <cordma/detail/listener_owned.hpp>
 #include <cordma/detail/connection_state.hpp>
 #include <cordma/detail/runtime.hpp>
 
@@ -49,35 +50,19 @@ void cm_id::create_qp(const qp_capacity& capacity) {
     rt_->reserve(capacity);
     reserved_ = true;
     capacity_ = capacity;
-    ibv_qp_init_attr init{};
-    init.send_cq = rt_->send_cq->native_handle();
-    init.recv_cq = rt_->recv_cq->native_handle();
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = capacity.max_send_wr;
-    init.cap.max_recv_wr = capacity.max_recv_wr;
-    init.cap.max_send_sge = capacity.max_send_sge;
-    init.cap.max_recv_sge = capacity.max_recv_sge;
-    init.cap.max_inline_data = capacity.max_inline_data;
+    ibv_qp_init_attr init = queue_pair::rc_attributes(*rt_->send_cq, *rt_->recv_cq, capacity);
     errno = 0;
     detail::check_minus_one(rdma_create_qp(id_, rt_->pd->native_handle(), &init), [&] {
         return "rdma_create_qp(peer=" + peer_ + ", max_send_wr=" + std::to_string(capacity.max_send_wr) +
                ", max_recv_wr=" + std::to_string(capacity.max_recv_wr) + ")";
     });
     owns_qp_ = true;
-    // What the provider really gave (it may round up).
-    capacity_.max_send_wr = capacity.max_send_wr;
-    capacity_.max_recv_wr = capacity.max_recv_wr;
 }
 
 std::shared_ptr<cm_id> cm_id::make(std::shared_ptr<runtime> rt, rdma_cm_id* id, std::string peer) {
     auto listener = rt->listener;
     cm_id* raw = id != nullptr ? new cm_id(std::move(rt), id, std::move(peer)) : new cm_id(std::move(rt), std::move(peer));
-    return std::shared_ptr<cm_id>(raw, [listener](cm_id* p) {
-        if (listener->running_in_this_thread())
-            delete p;
-        else
-            listener->post([p] { delete p; });
-    });
+    return owned_by_listener_thread(std::move(listener), raw);
 }
 
 void cm_id::dispatch(cm_target* self, const cm_event_copy& event) noexcept {

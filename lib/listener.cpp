@@ -8,6 +8,7 @@
 #include <cordma/task_group.hpp>
 #include <cordma/detail/agent.hpp>
 #include <cordma/detail/check.hpp>
+#include <cordma/detail/listener_owned.hpp>
 #include <cordma/detail/cm_id.hpp>
 #include <cordma/detail/connect.hpp>
 #include <cordma/detail/listen_state.hpp>
@@ -154,13 +155,8 @@ void listen_state::cancel(const std::shared_ptr<request_waiter>& waiter) noexcep
 std::shared_ptr<listen_state> listen_state::make(std::shared_ptr<detail::runtime> rt, connection_settings settings,
                                                  const socket_address& where) {
     auto listener = rt->listener;
-    std::shared_ptr<listen_state> st(new listen_state(std::move(rt), std::move(settings), where),
-                                     [listener](listen_state* p) {
-                                         if (listener->running_in_this_thread())
-                                             delete p;
-                                         else
-                                             listener->post([p] { delete p; });
-                                     });
+    auto st = owned_by_listener_thread(std::move(listener),
+                                       new listen_state(std::move(rt), std::move(settings), where));
     st->self_ = st;
     return st;
 }

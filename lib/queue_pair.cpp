@@ -21,22 +21,28 @@ queue_pair::queue_pair(std::shared_ptr<protection_domain> pd, std::shared_ptr<co
     : pd_(std::move(pd)), send_cq_(std::move(send_cq)), recv_cq_(std::move(recv_cq)), capacity_(capacity),
       psn_(random_psn()) {}
 
-std::shared_ptr<queue_pair> queue_pair::create(std::shared_ptr<protection_domain> pd,
-                                               std::shared_ptr<completion_queue> send_cq,
-                                               std::shared_ptr<completion_queue> recv_cq,
-                                               const qp_capacity& capacity) {
-    std::shared_ptr<queue_pair> qp(new queue_pair(pd, send_cq, recv_cq, capacity));
+ibv_qp_init_attr queue_pair::rc_attributes(const completion_queue& send_cq, const completion_queue& recv_cq,
+                                           const qp_capacity& capacity) noexcept {
     ibv_qp_init_attr init{};
-    init.qp_context = qp.get();
-    init.send_cq = send_cq->native_handle();
-    init.recv_cq = recv_cq->native_handle();
+    init.send_cq = send_cq.native_handle();
+    init.recv_cq = recv_cq.native_handle();
     init.qp_type = IBV_QPT_RC;
-    init.sq_sig_all = 0;
+    init.sq_sig_all = 0;  // cordma chooses per work request
     init.cap.max_send_wr = capacity.max_send_wr;
     init.cap.max_recv_wr = capacity.max_recv_wr;
     init.cap.max_send_sge = capacity.max_send_sge;
     init.cap.max_recv_sge = capacity.max_recv_sge;
     init.cap.max_inline_data = capacity.max_inline_data;
+    return init;
+}
+
+std::shared_ptr<queue_pair> queue_pair::create(std::shared_ptr<protection_domain> pd,
+                                               std::shared_ptr<completion_queue> send_cq,
+                                               std::shared_ptr<completion_queue> recv_cq,
+                                               const qp_capacity& capacity) {
+    std::shared_ptr<queue_pair> qp(new queue_pair(pd, send_cq, recv_cq, capacity));
+    ibv_qp_init_attr init = rc_attributes(*send_cq, *recv_cq, capacity);
+    init.qp_context = qp.get();
     errno = 0;
     qp->qp_ = detail::check_pointer(ibv_create_qp(pd->native_handle(), &init), [&] {
         return "ibv_create_qp(device=" + pd->device()->name() + ", type=RC, max_send_wr=" +

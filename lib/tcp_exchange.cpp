@@ -21,6 +21,7 @@
 
 #include <cordma/detail/agent.hpp>
 #include <cordma/detail/cm_hello.hpp>
+#include <cordma/detail/listener_owned.hpp>
 #include <cordma/detail/tcp_exchange.hpp>
 
 #include <unistd.h>
@@ -373,13 +374,8 @@ public:
     static std::shared_ptr<tcp_channel> make(std::shared_ptr<runtime> rt, std::shared_ptr<tcp_io> io,
                                              std::string peer) {
         auto listener = rt->listener;
-        return std::shared_ptr<tcp_channel>(new tcp_channel(std::move(rt), std::move(io), std::move(peer)),
-                                            [listener](tcp_channel* p) {
-                                                if (listener->running_in_this_thread())
-                                                    delete p;
-                                                else
-                                                    listener->post([p] { delete p; });
-                                            });
+        return owned_by_listener_thread(std::move(listener),
+                                        new tcp_channel(std::move(rt), std::move(io), std::move(peer)));
     }
 
     ~tcp_channel() override {
@@ -640,13 +636,8 @@ public:
     static std::shared_ptr<tcp_acceptor> make(std::shared_ptr<runtime> rt, connection_settings settings,
                                               const socket_address& where) {
         auto listener = rt->listener;
-        std::shared_ptr<tcp_acceptor> self(new tcp_acceptor(std::move(rt), std::move(settings), where),
-                                           [listener](tcp_acceptor* p) {
-                                               if (listener->running_in_this_thread())
-                                                   delete p;
-                                               else
-                                                   listener->post([p] { delete p; });
-                                           });
+        std::shared_ptr<tcp_acceptor> self = owned_by_listener_thread(
+            std::move(listener), new tcp_acceptor(std::move(rt), std::move(settings), where));
         asio::post(self->service_->context(),
                    [io = self->io_, listener = self->rt_->listener.get(), owner = self->weak_from_this()] {
                        accept_next(io, listener, owner);

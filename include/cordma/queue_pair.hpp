@@ -64,6 +64,11 @@ public:
                                              std::shared_ptr<completion_queue> recv_cq, ibv_qp* qp,
                                              const qp_capacity& capacity);
 
+    /// The creation attributes of an RC QP with these CQs and capacity: what
+    /// create() uses, and what rdma_create_qp is given for cordma's QPs.
+    static ibv_qp_init_attr rc_attributes(const completion_queue& send_cq, const completion_queue& recv_cq,
+                                          const qp_capacity& capacity) noexcept;
+
     ~queue_pair();
     queue_pair(const queue_pair&) = delete;
     queue_pair& operator=(const queue_pair&) = delete;

@@ -28,8 +28,8 @@ struct runtime {
     std::shared_ptr<class tcp_service> tcp;
 
     /// Listener thread. Makes room on the shared CQs for a QP of `capacity`
-    /// (a CQ that can overflow loses completions) and returns a releaser
-    /// to call when that QP is gone.
+    /// (a CQ that can overflow loses completions); release() gives the room
+    /// back when that QP is gone.
     void reserve(const qp_capacity& capacity);
     void release(const qp_capacity& capacity) noexcept;
 };

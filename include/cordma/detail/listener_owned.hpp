@@ -1,0 +1,27 @@
+#pragma once
+/// Ownership of objects that receive callbacks on the event listener thread
+/// (rdma_cm ids, listening ids, TCP channels and acceptors): they must be
+/// destroyed on that thread too, between dispatches, or a callback could
+/// reach a freed object.
+
+#include <memory>
+
+#include <cordma/event_listener.hpp>
+
+namespace cordma::detail {
+
+/// Takes `object` (just made with new) into a shared_ptr whose last owner
+/// deletes it on `listener`'s thread: at once if that is where it is dropped,
+/// otherwise through listener->post. The deleter holds `listener`, so the
+/// thread outlives the object.
+template <class T>
+std::shared_ptr<T> owned_by_listener_thread(std::shared_ptr<event_listener> listener, T* object) {
+    return std::shared_ptr<T>(object, [listener = std::move(listener)](T* p) {
+        if (listener->running_in_this_thread())
+            delete p;
+        else
+            listener->post([p] { delete p; });
+    });
+}
+
+}  // namespace cordma::detail
