@@ -21,7 +21,7 @@
 #include <string>
 #include <string_view>
 
-#include <cordma/detail/agent_protocol.hpp>
+#include "agent/agent_protocol.hpp"
 
 namespace ap = cordma::detail::agent_protocol;
 

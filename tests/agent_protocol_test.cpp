@@ -5,7 +5,7 @@
 
 #include <catch2/catch.hpp>
 
-#include <cordma/detail/agent_protocol.hpp>
+#include "agent/agent_protocol.hpp"
 
 using namespace cordma::detail::agent_protocol;
 using bytes = std::vector<std::byte>;

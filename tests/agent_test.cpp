@@ -16,7 +16,8 @@
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
-#include <cordma/detail/agent.hpp>
+#include "agent/agent.hpp"
+#include "engine/connection_state.hpp"
 
 #include "support/rxe_device.hpp"
 
@@ -44,7 +45,7 @@ struct agent_fixture {
     }
 
     std::size_t server_grants() {
-        return on_listener([&] { return server.state()->agent->granted_regions(); });
+        return on_listener([&] { return detail::connection_access::state(server)->agent->granted_regions(); });
     }
 
     // Both agents up (their receive buffers come from the pool too) and no
@@ -195,7 +196,7 @@ TEST_CASE("a malformed agent message closes the connection with the problem name
     (void)sync_wait(f.client.request_remote_mr(64));
     local_mr garbage = f.pool->allocate(32);
     std::memset(garbage.data(), 0x7f, 32);
-    connection control = f.on_listener([&] { return f.client.state()->agent->control(); });
+    connection control = f.on_listener([&] { return detail::connection_access::state(f.client)->agent->control(); });
     sync_wait(control.send(garbage.all()));
     CHECK(f.eventually([&] { return f.server.is_broken(); }));
     local_mr buffer = f.pool->allocate(8);

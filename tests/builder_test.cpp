@@ -205,7 +205,7 @@ TEST_CASE("a peer killed with 100 operations in flight fails them all promptly",
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
-#include <cordma/detail/tcp_exchange.hpp>
+#include "connect/tcp/endpoint_message.hpp"
 
 namespace {
 

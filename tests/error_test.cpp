@@ -2,7 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-#include <cordma/detail/check.hpp>
+#include "verbs/check.hpp"
 
 using namespace cordma;
 

@@ -23,7 +23,7 @@ TEST_CASE("new_connection opens another QP to the same peer on shared resources"
     CHECK(client2.qp()->qp_num() != client1.qp()->qp_num());
     CHECK(client2.qp()->pd() == client1.qp()->pd());
     CHECK(client2.qp()->send_cq() == client1.qp()->send_cq());
-    CHECK(client2.listener() == client1.listener());
+    CHECK(client2.event_listener() == client1.event_listener());
     CHECK(server2.qp()->pd() == server1.qp()->pd());
 
     // Both carry traffic, independently.

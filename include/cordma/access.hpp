@@ -2,6 +2,7 @@
 /// Access rights of a memory region or queue pair, as a type-safe bit set
 /// over IBV_ACCESS_*.
 
+#include <cordma/export.hpp>
 #include <string>
 
 #include <infiniband/verbs.h>
@@ -30,6 +31,6 @@ constexpr bool contains(access_flags set, access_flags wanted) noexcept { return
 constexpr int to_verbs(access_flags a) noexcept { return static_cast<int>(a); }
 
 /// "local_write|remote_read", or "none": for error messages.
-std::string to_string(access_flags a);
+CORDMA_API std::string to_string(access_flags a);
 
 }  // namespace cordma

@@ -2,6 +2,7 @@
 /// "host:port" addresses as users write them, parsed and resolved with
 /// errors that say which part was wrong.
 
+#include <cordma/export.hpp>
 #include <sys/socket.h>
 
 #include <cstdint>
@@ -12,7 +13,7 @@ namespace cordma {
 
 /// A parsed, not yet resolved address: "10.0.0.1:7471", "node3:7471",
 /// "[fe80::1%eth0]:7471". A bare host gets `default_port` if it is nonzero.
-struct host_port {
+struct CORDMA_API host_port {
     std::string host;
     std::uint16_t port = 0;
 };
@@ -20,10 +21,10 @@ struct host_port {
 /// Throws std::invalid_argument naming `address` and what is wrong with it
 /// (no port, a port that is not a number in 1..65535, an empty host,
 /// an unclosed '['). Listening addresses may use port 0 ("any free port").
-host_port parse_address(std::string_view address, std::uint16_t default_port = 0, bool allow_port_zero = false);
+CORDMA_API host_port parse_address(std::string_view address, std::uint16_t default_port = 0, bool allow_port_zero = false);
 
 /// A resolved socket address.
-struct socket_address {
+struct CORDMA_API socket_address {
     sockaddr_storage storage{};
     socklen_t length = 0;
 
@@ -38,6 +39,6 @@ struct socket_address {
 /// thread). `passive` allows an empty host ("any address") for listening.
 /// Throws std::system_error naming the host and gai_strerror when it does
 /// not resolve.
-socket_address resolve(const host_port& where, bool passive = false);
+CORDMA_API socket_address resolve(const host_port& where, bool passive = false);
 
 }  // namespace cordma

@@ -1,6 +1,7 @@
 #pragma once
 /// What a peer may take from this side through the memory-region agent.
 
+#include <cordma/export.hpp>
 #include <chrono>
 #include <cstddef>
 
@@ -8,7 +9,7 @@
 
 namespace cordma {
 
-struct agent_limits {
+struct CORDMA_API agent_limits {
     /// The largest region a peer may request.
     std::size_t max_region_size = 64 << 20;
     /// Bytes a peer may hold at once, over all regions granted to it.

@@ -14,6 +14,7 @@
 /// the first connect or listen apply to later connections only, except the
 /// device and the polling mode, which are fixed by then.
 
+#include <cordma/export.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -47,7 +48,7 @@ enum class endpoint_exchange {
     tcp,
 };
 
-struct connection_settings {
+struct CORDMA_API connection_settings {
     /// Device name ("" = the first device with an active port).
     std::string device;
     /// Port on the device (0 = its first active port). rdma_cm picks its own.
@@ -78,7 +79,7 @@ struct connection_settings {
     cordma::agent_limits agent{};
 };
 
-class builder {
+class CORDMA_API builder {
 public:
     builder();
     explicit builder(connection_settings settings);

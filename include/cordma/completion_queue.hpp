@@ -2,6 +2,7 @@
 /// A completion channel (the fd that becomes readable when an armed CQ gets a
 /// completion) and a completion queue (ibv_cq).
 
+#include <cordma/export.hpp>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -16,7 +17,7 @@ class completion_queue;
 
 /// An ibv_comp_channel whose fd is non-blocking, so it can be watched by an
 /// event loop (cordma's event_listener polls it through io_uring).
-class completion_channel {
+class CORDMA_API completion_channel {
 public:
     static std::shared_ptr<completion_channel> create(std::shared_ptr<device_context> device);
 
@@ -42,7 +43,7 @@ private:
 
 /// A completion queue. With a channel it can be armed (request_notify) so the
 /// channel's fd reports the next completion; without one it can only be polled.
-class completion_queue {
+class CORDMA_API completion_queue {
 public:
     static std::shared_ptr<completion_queue> create(std::shared_ptr<device_context> device, int entries,
                                                     std::shared_ptr<completion_channel> channel = nullptr);

@@ -34,37 +34,45 @@
 
 #include <cordma/agent_limits.hpp>
 #include <cordma/error.hpp>
+#include <cordma/export.hpp>
 #include <cordma/event_listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/queue_pair.hpp>
 #include <cordma/remote_mr.hpp>
 #include <cordma/remote_region.hpp>
 #include <cordma/task.hpp>
-#include <cordma/detail/connection_state.hpp>
 #include <cordma/detail/operation.hpp>
 
 namespace cordma {
 
 /// What a receive got: how many bytes landed, and the immediate value if
 /// the sender attached one (send_with_imm, write_with_imm).
-struct recv_result {
+struct CORDMA_API recv_result {
     std::size_t length = 0;
     std::optional<std::uint32_t> imm;
 };
 
 namespace detail {
 
-void start_from_any_thread(operation_base* op);
+/// Starts `op` on its connection: posts it, or queues it for a credit, from
+/// the event listener thread; from any other thread it hops there first.
+/// Returns false if it finished at once (failed before posting).
+CORDMA_API bool start_operation(operation_base* op);
+/// The coroutine awaiting `op` is going away before its completion.
+CORDMA_API void abandon_operation(operation_base* op) noexcept;
+/// Fails `op` with operation_cancelled before it starts.
+CORDMA_API void cancel_before_start(operation_base* op) noexcept;
 
 /// Runs on whichever thread requests the stop; hands the cancellation to the
 /// listener thread, where the operation's state lives.
-struct canceller {
+struct CORDMA_API canceller {
     operation_base* op;
     std::uint64_t ticket;
     void operator()() const noexcept;
 };
 
-std::uint64_t next_cancellation_ticket() noexcept;
+CORDMA_API std::uint64_t next_cancellation_ticket() noexcept;
+struct connection_access;
 
 }  // namespace detail
 
@@ -82,7 +90,7 @@ public:
         // A coroutine destroyed mid-operation: let go of the frame but not
         // of the buffers (the slot keeps them until the completion).
         if (!done && (slot != nullptr || waiting))
-            connection->abandon(this);
+            detail::abandon_operation(this);
     }
 
     bool await_ready() const noexcept { return false; }
@@ -90,18 +98,13 @@ public:
         continuation = h;
         if (token_.stop_possible()) {
             if (token_.stop_requested()) {
-                error = std::make_exception_ptr(operation_cancelled(detail::to_string(kind), connection->peer()));
-                done = true;
+                detail::cancel_before_start(this);
                 return false;
             }
             ticket = detail::next_cancellation_ticket();
             cancel_callback_.emplace(token_, detail::canceller{this, ticket});
         }
-        if (!connection->listener()->running_in_this_thread()) {
-            detail::start_from_any_thread(this);
-            return true;
-        }
-        return connection->start(this);
+        return detail::start_operation(this);
     }
     Result await_resume() {
         cancel_callback_.reset();
@@ -145,23 +148,22 @@ private:
 /// A connected RC queue pair served by an event listener. A cheap handle:
 /// copies refer to the same connection; its resources go when the last copy
 /// and the last operation in flight are gone.
-class connection {
+class CORDMA_API connection {
 public:
+    /// An empty handle: every call but operator bool throws std::logic_error.
     connection() = default;
     /// Wraps a queue pair that is already connected (state RTS) and whose
     /// CQs were made by `listener`. `peer` names the other side in errors.
-    static connection adopt(std::shared_ptr<event_listener> listener, std::shared_ptr<queue_pair> qp,
+    static connection adopt(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<queue_pair> qp,
                             std::string peer);
-    /// For cordma's own handshakes.
-    static connection adopt_state(std::shared_ptr<detail::connection_state> state) {
-        return connection(std::move(state));
-    }
-    const std::shared_ptr<detail::connection_state>& state() const noexcept { return state_; }
 
     explicit operator bool() const noexcept { return state_ != nullptr; }
-    const std::string& peer() const noexcept { return state_->peer(); }
-    const std::shared_ptr<queue_pair>& qp() const noexcept { return state_->qp(); }
-    const std::shared_ptr<event_listener>& listener() const noexcept { return state_->listener(); }
+    /// The other side, as errors name it ("10.0.0.2:7471").
+    const std::string& peer() const;
+    /// The data queue pair (for ibv_query_qp and friends).
+    const std::shared_ptr<queue_pair>& qp() const;
+    /// The event listener whose thread serves this connection.
+    const std::shared_ptr<cordma::event_listener>& event_listener() const;
 
     /// SEND `local` to the peer's next posted receive.
     operation<void> send(local_slice local, std::stop_token token = {});
@@ -243,10 +245,12 @@ public:
 
     /// True once the connection is shut down, closed, or broken by an error
     /// or by the peer going away. Listener thread (or for a hint elsewhere).
-    bool is_broken() const noexcept { return state_->broken(); }
+    bool is_broken() const;
 
 private:
+    friend struct detail::connection_access;
     explicit connection(std::shared_ptr<detail::connection_state> state) : state_(std::move(state)) {}
+    detail::connection_state& checked_state(const char* call) const;
     void check_sg_list(const char* call, std::span<const local_slice> sg_list, std::size_t limit) const;
     void check_remote_size(const char* call, std::size_t local, const remote_mr& remote) const;
     void check_atomic_target(const char* call, const remote_mr& remote) const;
@@ -259,7 +263,7 @@ private:
 /// served by `listener`: for tests, examples and benchmarks.
 /// Each gets an agent (a second, control QP pair) serving memory from
 /// `pool` (default: a new pool on the pair's PD) within `limits`.
-std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listener> listener,
+CORDMA_API std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listener> listener,
                                                    const qp_capacity& capacity = {},
                                                    qp_connect_options options = {},
                                                    std::shared_ptr<memory_pool> pool = nullptr,

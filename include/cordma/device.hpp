@@ -2,6 +2,7 @@
 /// An open RDMA device (ibv_context) and the queries the rest of cordma needs
 /// from it: ports, GIDs, limits.
 
+#include <cordma/export.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,11 +16,11 @@
 namespace cordma {
 
 /// The names of the RDMA devices this host has ("rxe0", "mlx5_0", ...).
-std::vector<std::string> device_names();
+CORDMA_API std::vector<std::string> device_names();
 
 /// An open device. Shared: protection domains, completion queues and queue
 /// pairs keep the device they were made from alive.
-class device_context {
+class CORDMA_API device_context {
 public:
     /// Opens `name`, or with an empty name the first device that has an
     /// active port. Throws verbs_error naming the devices that do exist when

@@ -10,6 +10,7 @@
 /// Catch std::system_error to handle every cordma error in one place; compare
 /// code() with std::errc values to tell them apart.
 
+#include <cordma/export.hpp>
 #include <cstdint>
 #include <string>
 #include <system_error>
@@ -19,7 +20,7 @@
 namespace cordma {
 
 /// A verbs, rdma_cm or system call failed. code() holds the errno value.
-class verbs_error : public std::system_error {
+class CORDMA_API verbs_error : public std::system_error {
 public:
     verbs_error(int errno_value, const std::string& call)
         : std::system_error(errno_value, std::generic_category(), call) {}
@@ -27,7 +28,7 @@ public:
 
 /// The category of work-completion statuses: value() is an ibv_wc_status,
 /// message() is ibv_wc_status_str.
-const std::error_category& work_completion_category() noexcept;
+CORDMA_API const std::error_category& work_completion_category() noexcept;
 
 inline std::error_code make_error_code(ibv_wc_status status) noexcept {
     return {static_cast<int>(status), work_completion_category()};
@@ -37,7 +38,7 @@ inline std::error_code make_error_code(ibv_wc_status status) noexcept {
 /// status, the operation, the vendor's error code and the peer, e.g.
 ///
 ///     write to 10.77.0.1 (qpn 17): remote access error (status 10, vendor_err 0x0)
-class work_completion_error : public std::system_error {
+class CORDMA_API work_completion_error : public std::system_error {
 public:
     work_completion_error(ibv_wc_status status, const char* operation, std::uint32_t vendor_error,
                           const std::string& peer);
@@ -57,7 +58,7 @@ private:
 
 /// An operation was cancelled (through its std::stop_token) before it
 /// completed. code() == std::errc::operation_canceled.
-class operation_cancelled : public std::system_error {
+class CORDMA_API operation_cancelled : public std::system_error {
 public:
     operation_cancelled(const char* operation, const std::string& peer)
         : std::system_error(std::make_error_code(std::errc::operation_canceled),
@@ -67,7 +68,7 @@ public:
 /// The connection is closed, by this side or the peer, or broken by an
 /// earlier error: the operation was not started. code() ==
 /// std::errc::not_connected.
-class disconnected_error : public std::system_error {
+class CORDMA_API disconnected_error : public std::system_error {
 public:
     disconnected_error(const char* operation, const std::string& peer, const std::string& why)
         : std::system_error(std::make_error_code(std::errc::not_connected)),

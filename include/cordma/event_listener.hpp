@@ -4,6 +4,7 @@
 /// watch) through io_uring, and resumes the coroutines whose operations
 /// completed, inline, on its own thread.
 
+#include <cordma/export.hpp>
 #include <atomic>
 #include <chrono>
 #include <coroutine>
@@ -16,10 +17,10 @@
 
 #include <cordma/completion_queue.hpp>
 #include <cordma/device.hpp>
-#include <cordma/detail/cm_target.hpp>
 #include <cordma/detail/completion_target.hpp>
 
 struct io_uring;
+struct rdma_event_channel;
 
 namespace cordma {
 
@@ -34,9 +35,9 @@ enum class polling_mode {
     adaptive,
 };
 
-const char* to_string(polling_mode mode) noexcept;
+CORDMA_API const char* to_string(polling_mode mode) noexcept;
 
-struct event_listener_options {
+struct CORDMA_API event_listener_options {
     polling_mode mode = polling_mode::event;
     /// Adaptive mode: how long to keep polling after the last completion.
     std::chrono::microseconds spin{100};
@@ -44,7 +45,7 @@ struct event_listener_options {
     unsigned batch = 32;
 };
 
-class event_listener : public std::enable_shared_from_this<event_listener> {
+class CORDMA_API event_listener : public std::enable_shared_from_this<event_listener> {
 public:
     /// Starts the listener thread for `device`.
     static std::shared_ptr<event_listener> start(std::shared_ptr<device_context> device,

@@ -7,15 +7,17 @@
 #include <string>
 
 #include <cordma/connection.hpp>
+#include <cordma/export.hpp>
 #include <cordma/task.hpp>
 
 namespace cordma {
 
 namespace detail {
 class acceptor;
+struct listener_access;
 }
 
-class listener {
+class CORDMA_API listener {
 public:
     listener() = default;
 
@@ -34,12 +36,9 @@ public:
     const std::string& address() const;
 
 private:
-    friend class builder;
-public:
-    /// For cordma's own acceptors (rdma_cm, TCP exchange).
+    friend struct detail::listener_access;
     explicit listener(std::shared_ptr<detail::acceptor> impl) : impl_(std::move(impl)) {}
 
-private:
     std::shared_ptr<detail::acceptor> impl_;
 };
 

@@ -10,6 +10,7 @@
 /// handed to someone else, even if the coroutine that started the operation
 /// is gone.
 
+#include <cordma/export.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -30,7 +31,7 @@ class memory_pool;
 namespace detail {
 
 /// One piece of registered memory.
-struct mr_block {
+struct CORDMA_API mr_block {
     std::byte* data = nullptr;
     std::size_t size = 0;
     std::uint32_t lkey = 0;
@@ -53,7 +54,7 @@ struct mr_block {
 
 /// A byte range within a local region. Copyable; every copy keeps the
 /// region's memory alive.
-class local_slice {
+class CORDMA_API local_slice {
 public:
     local_slice() = default;
     local_slice(std::shared_ptr<detail::mr_block> block, std::byte* data, std::size_t size) noexcept
@@ -81,7 +82,7 @@ private:
 
 /// A local memory region: registered memory this process owns. Move-only;
 /// its slices (and operations in flight) share ownership of the memory.
-class local_mr {
+class CORDMA_API local_mr {
 public:
     local_mr() = default;
     explicit local_mr(std::shared_ptr<detail::mr_block> block) noexcept : block_(std::move(block)) {}
@@ -114,13 +115,13 @@ private:
 /// Registers memory the caller owns as a local region. The caller keeps the
 /// memory valid until the local_mr, its slices and all operations naming
 /// them are gone.
-local_mr register_local_mr(std::shared_ptr<protection_domain> pd, void* data, std::size_t size,
+CORDMA_API local_mr register_local_mr(std::shared_ptr<protection_domain> pd, void* data, std::size_t size,
                            access_flags rights);
 
 /// Registered memory in big chunks, handed out as local regions.
 /// Thread-safe. Allocation is not on the per-operation path: allocate buffers
 /// once and reuse them.
-class memory_pool : public std::enable_shared_from_this<memory_pool> {
+class CORDMA_API memory_pool : public std::enable_shared_from_this<memory_pool> {
 public:
     /// A pool whose chunks are registered with `rights` (local_write is
     /// added: the verbs require it with remote write and atomics).

@@ -2,6 +2,7 @@
 /// A registered memory region (ibv_mr) and the description of a region a
 /// peer may access (remote_mr: address, length, rkey).
 
+#include <cordma/export.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -17,7 +18,7 @@ namespace cordma {
 /// Memory the caller owns, registered with a protection domain. Move-only;
 /// deregisters on destruction. The memory must outlive the registration and
 /// every operation that names it.
-class memory_region {
+class CORDMA_API memory_region {
 public:
     /// Registers [address, address + length) with `access` rights.
     /// Throws verbs_error naming the length and the access on failure.

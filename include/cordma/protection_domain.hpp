@@ -2,6 +2,7 @@
 /// A protection domain (ibv_pd): memory regions and queue pairs made from the
 /// same one may be used together.
 
+#include <cordma/export.hpp>
 #include <memory>
 
 #include <infiniband/verbs.h>
@@ -10,7 +11,7 @@
 
 namespace cordma {
 
-class protection_domain {
+class CORDMA_API protection_domain {
 public:
     /// Allocates a protection domain on `device`, which it keeps alive.
     static std::shared_ptr<protection_domain> create(std::shared_ptr<device_context> device);

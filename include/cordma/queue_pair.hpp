@@ -2,6 +2,7 @@
 /// A reliable-connected queue pair (ibv_qp, IBV_QPT_RC) and the endpoint
 /// description peers exchange to connect two of them by hand.
 
+#include <cordma/export.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,7 +16,7 @@
 namespace cordma {
 
 /// How many work requests and scatter/gather entries a QP can hold.
-struct qp_capacity {
+struct CORDMA_API qp_capacity {
     std::uint32_t max_send_wr = 128;
     std::uint32_t max_recv_wr = 128;
     std::uint32_t max_send_sge = 4;
@@ -24,7 +25,7 @@ struct qp_capacity {
 };
 
 /// What one side tells the other to connect a QP without rdma_cm.
-struct qp_endpoint {
+struct CORDMA_API qp_endpoint {
     std::uint32_t qpn = 0;
     std::uint32_t psn = 0;
     ibv_gid gid{};
@@ -32,7 +33,7 @@ struct qp_endpoint {
 };
 
 /// Path and reliability settings used when a QP moves to RTR and RTS.
-struct qp_connect_options {
+struct CORDMA_API qp_connect_options {
     std::uint8_t port = 1;
     int gid_index = 0;
     /// Upper bound; the port's active MTU is used if smaller.
@@ -49,7 +50,7 @@ struct qp_connect_options {
     access_flags remote_rights = access_flags::remote_write | access_flags::remote_read | access_flags::remote_atomic;
 };
 
-class queue_pair {
+class CORDMA_API queue_pair {
 public:
     /// Creates an RC QP in state RESET. It keeps `pd` and both CQs alive.
     static std::shared_ptr<queue_pair> create(std::shared_ptr<protection_domain> pd,
@@ -87,6 +88,17 @@ public:
     /// RESET -> INIT -> RTR -> RTS towards `remote`. Throws verbs_error naming
     /// the transition and the attribute values that were refused.
     void connect(const qp_endpoint& remote, const qp_connect_options& options);
+
+    /// The same three transitions one at a time, for a connection manager
+    /// that supplies part of the attributes (rdma_init_qp_attr): `base` and
+    /// `base_mask` carry what it set (path, QPN, PSN, RDMA read depths), and
+    /// `options` then set everything they name (port, access, MTU cap, GID
+    /// index, min RNR timer, timeout, retry count, RNR retry). With an empty
+    /// base, modify_to_rtr needs `remote`.
+    void modify_to_init(const qp_connect_options& options, ibv_qp_attr base = {}, int base_mask = 0);
+    void modify_to_rtr(const qp_connect_options& options, const qp_endpoint* remote, ibv_qp_attr base = {},
+                       int base_mask = 0);
+    void modify_to_rts(const qp_connect_options& options, ibv_qp_attr base = {}, int base_mask = 0);
 
     /// Moves the QP to ERROR: outstanding work requests complete with
     /// IBV_WC_WR_FLUSH_ERR.

@@ -2,6 +2,7 @@
 /// A region of a peer's memory that this side may access: a plain copyable
 /// value (address, length, rkey) that travels over the wire.
 
+#include <cordma/export.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -10,7 +11,7 @@ namespace cordma {
 
 /// What a peer needs to read, write or use atomics on a region. Owning
 /// nothing, it is only as valid as the owner's registration.
-struct remote_mr {
+struct CORDMA_API remote_mr {
     std::uint64_t address = 0;
     std::uint64_t length = 0;
     std::uint32_t rkey = 0;
@@ -28,6 +29,6 @@ struct remote_mr {
 };
 
 /// "remote_mr{address=0x7f.., length=4096, rkey=0x1234}"
-std::string to_string(const remote_mr& region);
+CORDMA_API std::string to_string(const remote_mr& region);
 
 }  // namespace cordma

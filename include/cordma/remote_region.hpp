@@ -4,6 +4,7 @@
 /// it is dropped the owner is told and frees the region; send_remote_mr
 /// hands it back instead.
 
+#include <cordma/export.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -16,7 +17,7 @@ namespace detail {
 class agent;
 }
 
-class remote_region {
+class CORDMA_API remote_region {
 public:
     remote_region() = default;
     remote_region(remote_region&& other) noexcept;

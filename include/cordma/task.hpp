@@ -11,6 +11,7 @@
 /// To start tasks without awaiting them one by one, use when_all, task_group
 /// or spawn_detached; to wait for one from ordinary code, use sync_wait.
 
+#include <cordma/export.hpp>
 #include <cassert>
 #include <coroutine>
 #include <type_traits>
@@ -27,7 +28,7 @@ namespace detail {
 
 /// What every task promise shares: the lazy start and the hand-back to the
 /// awaiting coroutine.
-class task_promise_base {
+class CORDMA_API task_promise_base {
     struct final_awaiter {
         bool await_ready() const noexcept { return false; }
 

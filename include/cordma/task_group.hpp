@@ -7,6 +7,7 @@
 ///         group.spawn(serve(conn));
 ///     co_await group.join();  // rethrows the first failure
 
+#include <cordma/export.hpp>
 #include <coroutine>
 #include <cstdio>
 #include <exception>
@@ -36,7 +37,7 @@ namespace cordma {
 ///   the tasks happen to have finished, so the bug shows whatever the timing.
 ///   When a coroutine can leave the group's scope by an exception, join first.
 /// - Costs one driver coroutine frame per spawn, freed when the task finishes.
-class task_group {
+class CORDMA_API task_group {
 public:
     task_group() noexcept = default;
 

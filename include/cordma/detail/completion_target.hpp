@@ -4,13 +4,14 @@
 /// call through an object that might already be gone (targets are owned by
 /// connections, which outlive their in-flight work requests).
 
+#include <cordma/export.hpp>
 #include <cstdint>
 
 #include <infiniband/verbs.h>
 
 namespace cordma::detail {
 
-struct completion_target {
+struct CORDMA_API completion_target {
     void (*on_complete)(completion_target* self, const ibv_wc& wc) noexcept = nullptr;
 
     std::uint64_t as_wr_id() noexcept { return reinterpret_cast<std::uintptr_t>(this); }
@@ -20,7 +21,7 @@ struct completion_target {
 };
 
 /// What an io_uring submission's user_data points to.
-struct uring_target {
+struct CORDMA_API uring_target {
     void (*on_ready)(uring_target* self, int result) noexcept = nullptr;
 };
 

@@ -3,6 +3,7 @@
 /// keeps in its coroutine frame, and the per-connection work slots its work
 /// requests point to.
 
+#include <cordma/export.hpp>
 #include <array>
 #include <coroutine>
 #include <cstdint>
@@ -42,7 +43,7 @@ constexpr bool is_receive(op_kind kind) noexcept { return kind == op_kind::recv;
 /// request's wr_id points to its slot, never into a coroutine frame: if the
 /// coroutine goes away first, the slot is merely orphaned (op == nullptr) and
 /// keeps the buffers alive until the completion or flush arrives.
-struct work_slot : completion_target {
+struct CORDMA_API work_slot : completion_target {
     connection_state* owner = nullptr;
     operation_base* op = nullptr;
     work_slot* next_free = nullptr;
@@ -56,7 +57,7 @@ struct work_slot : completion_target {
 
 /// The part of an operation's awaiter the connection drives. Lives in the
 /// coroutine frame; allocates nothing.
-struct operation_base {
+struct CORDMA_API operation_base {
     connection_state* connection = nullptr;
     op_kind kind = op_kind::send;
     std::uint8_t sge_count = 0;

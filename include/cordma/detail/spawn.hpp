@@ -3,6 +3,7 @@
 /// driver coroutines that await a spawned task and free themselves when done,
 /// and the thread-safe bookkeeping of a group.
 
+#include <cordma/export.hpp>
 #include <atomic>
 #include <coroutine>
 #include <cstddef>
@@ -38,7 +39,7 @@ inline void print_exception(const char* context, const std::exception_ptr& error
 }
 
 /// The bookkeeping of one task_group, safe to update from any thread.
-class group_state {
+class CORDMA_API group_state {
 public:
     group_state() noexcept = default;
     group_state(const group_state&) = delete;
@@ -105,7 +106,7 @@ private:
 
 /// The driver of one task_group member: starts eagerly, reports its task's
 /// exception and completion to the group, and frees its own frame.
-class group_member {
+class CORDMA_API group_member {
 public:
     class promise_type {
         struct final_awaiter {
@@ -141,7 +142,7 @@ inline group_member run_group_member(task<void> member, group_state& /*group*/) 
 }
 
 /// The driver of a spawn_detached task: starts eagerly and frees itself.
-class detached_driver {
+class CORDMA_API detached_driver {
 public:
     class promise_type {
     public:

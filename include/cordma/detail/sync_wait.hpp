@@ -2,6 +2,7 @@
 /// The machinery behind cordma::sync_wait: a driver coroutine that awaits the
 /// awaitable and signals an event the blocked thread waits on.
 
+#include <cordma/export.hpp>
 #include <condition_variable>
 #include <coroutine>
 #include <mutex>
@@ -19,7 +20,7 @@ namespace cordma::detail {
 /// after the store would touch an object the waiter may already have
 /// destroyed. Notifying under the lock means the waiter cannot return until
 /// set() has released the mutex, after which set() touches nothing.
-class sync_wait_event {
+class CORDMA_API sync_wait_event {
 public:
     void set() noexcept {
         std::lock_guard lock{mutex_};

@@ -2,6 +2,7 @@
 /// The machinery behind cordma::when_all: one small driver coroutine per
 /// child, and a counter the last child to finish uses to resume the awaiter.
 
+#include <cordma/export.hpp>
 #include <atomic>
 #include <coroutine>
 #include <cstddef>
@@ -21,7 +22,7 @@ namespace cordma::detail {
 /// awaiting coroutine until it has started them all. Whoever brings the count
 /// to zero resumes the awaiter, so the children may finish on any threads, in
 /// any order, before or after the awaiter suspends.
-class when_all_counter {
+class CORDMA_API when_all_counter {
 public:
     explicit when_all_counter(std::size_t children) noexcept : remaining_(children + 1) {}
 

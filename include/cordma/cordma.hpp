@@ -1,0 +1,26 @@
+#pragma once
+/// Everything cordma offers, in one include (except <cordma/asio.hpp>, which
+/// needs Asio and is included on its own by programs that use it).
+///
+///     #include <cordma/cordma.hpp>
+
+#include <cordma/access.hpp>
+#include <cordma/address.hpp>
+#include <cordma/agent_limits.hpp>
+#include <cordma/builder.hpp>
+#include <cordma/completion_queue.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/device.hpp>
+#include <cordma/error.hpp>
+#include <cordma/event_listener.hpp>
+#include <cordma/listener.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/memory_region.hpp>
+#include <cordma/protection_domain.hpp>
+#include <cordma/queue_pair.hpp>
+#include <cordma/remote_mr.hpp>
+#include <cordma/remote_region.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+#include <cordma/task_group.hpp>
+#include <cordma/when_all.hpp>

@@ -1,0 +1,34 @@
+#include "connect/assemble.hpp"
+
+#include "agent/agent.hpp"
+#include "engine/connection_state.hpp"
+#include "engine/transport.hpp"
+
+namespace cordma::detail {
+
+connection assemble(connection_parts parts) {
+    auto state = std::make_shared<connection_state>(parts.listener, std::move(parts.data), parts.peer);
+    if (parts.watcher)
+        state->set_transport(std::move(parts.watcher));
+    if (parts.agent_pool)
+        state->agent = std::make_shared<agent>(std::move(parts.agent_pool), parts.limits, parts.peer);
+    state->reopen = std::move(parts.reopen);
+    return connection_access::make(std::move(state));
+}
+
+void attach_control(const connection& conn, std::shared_ptr<queue_pair> control,
+                    std::shared_ptr<transport> watcher) {
+    const auto& state = connection_access::state(conn);
+    auto channel = std::make_shared<connection_state>(state->listener(), std::move(control), state->peer() + " (agent)");
+    if (watcher)
+        channel->set_transport(std::move(watcher));
+    state->agent->attach(connection_access::make(std::move(channel)), state);
+}
+
+void fail_control(const connection& conn, const std::string& why) noexcept {
+    const auto& state = connection_access::state(conn);
+    if (state->agent)
+        state->agent->shut_down(why);
+}
+
+}  // namespace cordma::detail

@@ -1,0 +1,50 @@
+#pragma once
+/// The one place a connection is put together, whatever set it up (rdma_cm
+/// connect or accept, the TCP exchange, loopback, new_connection): the data
+/// QP and what watches the peer become a connection state, and for a cordma
+/// peer an agent whose control QP is attached now or, over rdma_cm's second
+/// handshake, a moment later.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <cordma/agent_limits.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/event_listener.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/queue_pair.hpp>
+#include <cordma/task.hpp>
+
+namespace cordma::detail {
+
+class transport;
+
+struct connection_parts {
+    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<queue_pair> data;
+    std::string peer;
+    /// What carried the set-up and watches the peer (null for loopback).
+    std::shared_ptr<transport> watcher;
+    /// The pool the agent serves requests from; null: no agent (a peer that
+    /// is not cordma, or connection::adopt).
+    std::shared_ptr<memory_pool> agent_pool;
+    agent_limits limits{};
+    /// How to open another QP to the same peer (the connecting side only).
+    std::function<task<connection>()> reopen;
+};
+
+/// Listener thread (or before the connection is shared). The connection.
+connection assemble(connection_parts parts);
+
+/// Listener thread. Gives `conn`'s agent its control QP (connected, RTS),
+/// with what watches it (rdma_cm's second id; null when the data QP's
+/// transport watches both).
+void attach_control(const connection& conn, std::shared_ptr<queue_pair> control,
+                    std::shared_ptr<transport> watcher = nullptr);
+
+/// Listener thread. The agent's control QP could not be set up: the agent's
+/// calls fail with `why`; the data QP stays usable.
+void fail_control(const connection& conn, const std::string& why) noexcept;
+
+}  // namespace cordma::detail

@@ -1,0 +1,122 @@
+#include <cordma/builder.hpp>
+
+#include <mutex>
+#include <stdexcept>
+
+#include <cordma/address.hpp>
+#include <cordma/listener.hpp>
+
+#include "connect/connect.hpp"
+#include "connect/runtime.hpp"
+
+namespace cordma {
+
+namespace detail {
+
+struct builder_shared {
+    std::mutex mutex;
+    std::shared_ptr<runtime> rt;
+};
+
+}  // namespace detail
+
+builder::builder() : builder(connection_settings{}) {}
+builder::builder(connection_settings settings)
+    : settings_(std::move(settings)), shared_(std::make_shared<detail::builder_shared>()) {}
+
+std::shared_ptr<detail::runtime> builder::runtime() {
+    auto* shared = shared_.get();
+    std::lock_guard lock(shared->mutex);
+    if (!shared->rt)
+        shared->rt = detail::make_runtime(settings_);
+    return shared->rt;
+}
+
+std::shared_ptr<event_listener> builder::event_loop() { return runtime()->listener; }
+std::shared_ptr<memory_pool> builder::pool() { return runtime()->pool; }
+std::shared_ptr<protection_domain> builder::pd() { return runtime()->pd; }
+
+builder& builder::device(std::string name) { settings_.device = std::move(name); return *this; }
+builder& builder::port(std::uint8_t port) { settings_.port = port; return *this; }
+builder& builder::gid_index(int index) { settings_.gid_index = index; return *this; }
+builder& builder::cq_size(int entries) {
+    if (entries < 1)
+        throw std::invalid_argument("builder::cq_size(" + std::to_string(entries) + "): must be at least 1");
+    settings_.cq_size = entries;
+    return *this;
+}
+builder& builder::send_queue_depth(std::uint32_t depth) {
+    if (depth < 1)
+        throw std::invalid_argument("builder::send_queue_depth(0): must be at least 1");
+    settings_.capacity.max_send_wr = depth;
+    return *this;
+}
+builder& builder::recv_queue_depth(std::uint32_t depth) {
+    if (depth < 1)
+        throw std::invalid_argument("builder::recv_queue_depth(0): must be at least 1");
+    settings_.capacity.max_recv_wr = depth;
+    return *this;
+}
+builder& builder::max_sge(std::uint32_t sges) {
+    if (sges < 1 || sges > detail::max_sges)
+        throw std::invalid_argument("builder::max_sge(" + std::to_string(sges) + "): must be 1.." +
+                                    std::to_string(detail::max_sges));
+    settings_.capacity.max_send_sge = settings_.capacity.max_recv_sge = sges;
+    return *this;
+}
+builder& builder::max_inline_data(std::uint32_t bytes) { settings_.capacity.max_inline_data = bytes; return *this; }
+builder& builder::path_mtu(ibv_mtu mtu) { settings_.path_mtu = mtu; return *this; }
+builder& builder::timeout(std::uint8_t code) {
+    if (code > 31)
+        throw std::invalid_argument("builder::timeout(" + std::to_string(code) + "): the ACK timeout code is 0..31");
+    settings_.timeout = code;
+    return *this;
+}
+builder& builder::retry_count(std::uint8_t count) {
+    if (count > 7)
+        throw std::invalid_argument("builder::retry_count(" + std::to_string(count) + "): must be 0..7");
+    settings_.retry_count = count;
+    return *this;
+}
+builder& builder::rnr_retry(std::uint8_t count) {
+    if (count > 7)
+        throw std::invalid_argument("builder::rnr_retry(" + std::to_string(count) + "): must be 0..7 (7 = forever)");
+    settings_.rnr_retry = count;
+    return *this;
+}
+builder& builder::min_rnr_timer(std::uint8_t code) {
+    if (code > 31)
+        throw std::invalid_argument("builder::min_rnr_timer(" + std::to_string(code) + "): the code is 0..31");
+    settings_.min_rnr_timer = code;
+    return *this;
+}
+builder& builder::remote_access(access_flags rights) { settings_.remote_access = rights; return *this; }
+builder& builder::polling(polling_mode mode) { settings_.polling = mode; return *this; }
+builder& builder::connect_timeout(std::chrono::milliseconds limit) {
+    if (limit.count() <= 0)
+        throw std::invalid_argument("builder::connect_timeout: must be positive");
+    settings_.connect_timeout = limit;
+    return *this;
+}
+builder& builder::exchange(endpoint_exchange how) { settings_.exchange = how; return *this; }
+builder& builder::agent_limits(const cordma::agent_limits& limits) { settings_.agent = limits; return *this; }
+
+task<connection> builder::connect(std::string address) {
+    // Parsing and name resolution happen here, on the caller's thread, so a
+    // bad address throws before anything is created and DNS never blocks the
+    // listener thread.
+    socket_address where = resolve(parse_address(address));
+    auto rt = runtime();
+    if (settings_.exchange == endpoint_exchange::tcp)
+        return detail::connect_tcp(std::move(rt), settings_, where);
+    return detail::connect_rdma_cm(std::move(rt), settings_, where);
+}
+
+listener builder::listen(std::string_view address) {
+    socket_address where = resolve(parse_address(address, 0, true), true);
+    if (settings_.exchange == endpoint_exchange::tcp)
+        return detail::listen_tcp(runtime(), settings_, where);
+    return detail::listen_rdma_cm(runtime(), settings_, where);
+}
+
+}  // namespace cordma

@@ -1,0 +1,22 @@
+#pragma once
+/// The transports behind builder::connect and builder::listen.
+
+#include <memory>
+
+#include <cordma/address.hpp>
+#include <cordma/builder.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/listener.hpp>
+#include <cordma/task.hpp>
+
+#include "connect/runtime.hpp"
+
+namespace cordma::detail {
+
+task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where);
+listener listen_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, const socket_address& where);
+
+task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where);
+listener listen_tcp(std::shared_ptr<runtime> rt, connection_settings settings, const socket_address& where);
+
+}  // namespace cordma::detail

@@ -1,0 +1,153 @@
+#include "connect/qp_settings.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace cordma::detail {
+
+const char* to_string(endpoint_exchange how) noexcept {
+    return how == endpoint_exchange::tcp ? "tcp" : "rdma_cm";
+}
+
+namespace {
+
+constexpr unsigned char v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+bool is_v4_mapped(const ibv_gid& gid) { return std::memcmp(gid.raw, v4_prefix, sizeof v4_prefix) == 0; }
+
+std::string gid_text(const ibv_gid& gid) {
+    char text[INET6_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET6, gid.raw, text, sizeof text);
+    return text;
+}
+
+std::string list(const std::vector<usable_gid>& gids) {
+    if (gids.empty())
+        return "none (does the port's netdev have an address of that family?)";
+    std::string out;
+    for (const auto& g : gids)
+        out += (out.empty() ? "" : ", ") + std::to_string(g.index) + " (" + g.text + ")";
+    return out;
+}
+
+[[noreturn]] void refuse(const std::string& setting, const connection_settings& s, const std::string& why) {
+    throw std::invalid_argument("builder::" + setting + " over " + to_string(s.exchange) + ": " + why);
+}
+
+}  // namespace
+
+std::vector<usable_gid> usable_gids(const device_context& device, std::uint8_t port, int family) {
+    std::vector<usable_gid> out;
+    ibv_port_attr attr = device.query_port(port);
+    for (int index = 0; index < attr.gid_tbl_len; ++index) {
+        ibv_gid_entry entry{};
+        if (ibv_query_gid_ex(device.native_handle(), port, static_cast<std::uint32_t>(index), &entry, 0) != 0)
+            continue;  // an empty slot
+        if (attr.link_layer == IBV_LINK_LAYER_ETHERNET && entry.gid_type != IBV_GID_TYPE_ROCE_V2)
+            continue;
+        if (attr.link_layer == IBV_LINK_LAYER_ETHERNET && (family == AF_INET) != is_v4_mapped(entry.gid))
+            continue;
+        out.push_back({index, gid_text(entry.gid)});
+    }
+    return out;
+}
+
+qp_connect_options qp_options(const connection_settings& s, const device_context& device, const sockaddr* local,
+                              std::uint8_t cm_port, qp_role role) {
+    qp_connect_options o;
+    // Port: the setting, else the port rdma_cm bound, else the first active one.
+    int ports = device.attributes().phys_port_cnt;
+    if (s.port != 0) {
+        if (s.port > ports)
+            refuse("port(" + std::to_string(s.port) + ")", s,
+                   "device " + device.name() + " has " + std::to_string(ports) + " port(s)");
+        if (cm_port != 0 && s.port != cm_port)
+            refuse("port(" + std::to_string(s.port) + ")", s,
+                   "the address is on port " + std::to_string(cm_port) + " of " + device.name() +
+                       ", and rdma_cm uses the port its address lives on; use port(0) or port(" +
+                       std::to_string(cm_port) + ")");
+        if (device.query_port(s.port).state != IBV_PORT_ACTIVE)
+            refuse("port(" + std::to_string(s.port) + ")", s, "port " + std::to_string(s.port) + " of " +
+                                                                  device.name() + " is not ACTIVE");
+        o.port = s.port;
+    } else {
+        o.port = cm_port != 0 ? cm_port : device.first_active_port();
+        if (o.port == 0)
+            throw std::invalid_argument("builder: device " + device.name() + " has no ACTIVE port");
+    }
+
+    // GID: the setting, validated; else the GID of the local address itself
+    // (IPv4-mapped for IPv4), else any usable one of the family.
+    int family = local != nullptr ? local->sa_family : AF_INET;
+    bool v4 = family == AF_INET;
+    if (family == AF_INET6 && local != nullptr) {
+        const auto* a6 = reinterpret_cast<const sockaddr_in6*>(local);
+        v4 = std::memcmp(a6->sin6_addr.s6_addr, v4_prefix, sizeof v4_prefix) == 0;
+    }
+    int gid_family = v4 ? AF_INET : AF_INET6;
+    std::vector<usable_gid> gids = usable_gids(device, o.port, gid_family);
+    ibv_port_attr port_attr = device.query_port(o.port);
+    if (s.gid_index >= 0) {
+        auto wanted = "gid_index(" + std::to_string(s.gid_index) + ")";
+        auto usable = "; usable " + std::string(v4 ? "IPv4" : "IPv6") + " GID indices on " + device.name() +
+                      " port " + std::to_string(o.port) + ": " + list(gids);
+        if (s.gid_index >= port_attr.gid_tbl_len)
+            refuse(wanted, s, "the GID table has " + std::to_string(port_attr.gid_tbl_len) + " entries" + usable);
+        bool found = false;
+        for (const auto& g : gids)
+            found = found || g.index == s.gid_index;
+        if (!found) {
+            ibv_gid_entry entry{};
+            bool empty = ibv_query_gid_ex(device.native_handle(), o.port, static_cast<std::uint32_t>(s.gid_index),
+                                          &entry, 0) != 0;
+            refuse(wanted, s,
+                   std::string(empty ? "that entry is empty"
+                                     : entry.gid_type != IBV_GID_TYPE_ROCE_V2
+                                           ? "that entry (" + gid_text(entry.gid) + ") is RoCE v1, cordma uses v2"
+                                           : "that entry (" + gid_text(entry.gid) + ") is for the other address family") +
+                       usable);
+        }
+        o.gid_index = s.gid_index;
+    } else if (port_attr.link_layer != IBV_LINK_LAYER_ETHERNET) {
+        o.gid_index = 0;
+    } else {
+        if (gids.empty())
+            throw std::invalid_argument("builder: no RoCE v2 " + std::string(v4 ? "IPv4" : "IPv6") + " GID on " +
+                                        device.name() + " port " + std::to_string(o.port) +
+                                        "; does its netdev have an address of that family?");
+        o.gid_index = gids.front().index;
+        if (v4 && local != nullptr) {
+            ibv_gid mine{};
+            mine.raw[10] = mine.raw[11] = 0xff;
+            if (local->sa_family == AF_INET)
+                std::memcpy(&mine.raw[12], &reinterpret_cast<const sockaddr_in*>(local)->sin_addr, 4);
+            else
+                std::memcpy(mine.raw, reinterpret_cast<const sockaddr_in6*>(local)->sin6_addr.s6_addr, 16);
+            std::string text = gid_text(mine);
+            for (const auto& g : gids)
+                if (g.text == text) {
+                    o.gid_index = g.index;
+                    break;
+                }
+        }
+    }
+
+    o.mtu = s.path_mtu;
+    o.timeout = s.timeout;
+    o.retry_count = s.retry_count;
+    o.rnr_retry = s.rnr_retry;
+    o.min_rnr_timer = s.min_rnr_timer;
+    o.remote_rights = s.remote_access;
+    if (role == qp_role::control) {
+        // The agent only sends and receives; its receives are re-posted as
+        // soon as handled, so waiting out "receiver not ready" is safe.
+        o.rnr_retry = 7;
+        o.remote_rights = access_flags::none;
+    }
+    return o;
+}
+
+}  // namespace cordma::detail

@@ -1,0 +1,47 @@
+#pragma once
+/// The one translation of a builder's settings into queue-pair attributes,
+/// used by every way cordma sets a connection up (rdma_cm connect and
+/// accept, the TCP exchange, loopback, new_connection): each setting is
+/// applied here or refused here, by name, for every transport alike.
+
+#include <sys/socket.h>
+
+#include <string>
+#include <vector>
+
+#include <cordma/builder.hpp>
+#include <cordma/device.hpp>
+#include <cordma/queue_pair.hpp>
+
+namespace cordma::detail {
+
+/// Which of a connection's two queue pairs.
+enum class qp_role { data, control };
+
+/// "rdma_cm", "tcp".
+const char* to_string(endpoint_exchange how) noexcept;
+
+/// The attributes `settings` ask for on `device`, for a connection whose
+/// local address is `local` (its family, and for IPv4 the address itself,
+/// pick the default GID). `cm_port` is the port rdma_cm bound the address
+/// to (0 for other transports). Throws std::invalid_argument naming the
+/// setting (builder::port, builder::gid_index) and the transport when a
+/// setting cannot apply: a port that does not exist or is down, a port other
+/// than the one rdma_cm bound, a GID index that is out of range, empty, not
+/// RoCE v2 or of the other address family (listing the usable ones).
+qp_connect_options qp_options(const connection_settings& settings, const device_context& device,
+                              const sockaddr* local, std::uint8_t cm_port, qp_role role);
+
+/// A GID table entry fit for RoCE v2 connections of one address family.
+struct usable_gid {
+    int index;
+    std::string text;  // "::ffff:10.77.0.1"
+};
+std::vector<usable_gid> usable_gids(const device_context& device, std::uint8_t port, int family);
+
+/// The agent's control QP: a few messages in flight, receives re-posted as
+/// soon as handled, so waiting out "receiver not ready" forever is safe.
+inline constexpr qp_capacity control_capacity{.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1,
+                                              .max_recv_sge = 1, .max_inline_data = 0};
+
+}  // namespace cordma::detail

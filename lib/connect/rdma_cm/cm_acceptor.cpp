@@ -1,0 +1,169 @@
+#include "connect/rdma_cm/cm_acceptor.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+#include <cordma/task_group.hpp>
+
+#include "connect/assemble.hpp"
+#include "connect/qp_settings.hpp"
+#include "connect/rdma_cm/cm_handshake.hpp"
+#include "engine/connection_state.hpp"
+#include "engine/listener_owned.hpp"
+#include "verbs/check.hpp"
+
+namespace cordma::detail {
+
+namespace {
+
+void reject(rdma_cm_id* id) noexcept {
+    rdma_reject(id, nullptr, 0);
+    rdma_destroy_id(id);
+}
+
+}  // namespace
+
+cm_acceptor::cm_acceptor(std::shared_ptr<runtime> rt, connection_settings settings, const socket_address& where)
+    : rt_(std::move(rt)), settings_(std::move(settings)), requests_(waiter_queue<connect_request>::make(rt_->listener)) {
+    on_event = &cm_acceptor::dispatch;
+    std::string wanted = where.to_string();
+    check_minus_one(rdma_create_id(rt_->listener->cm_channel(), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
+                    [&] { return "rdma_create_id(listen " + wanted + ")"; });
+    try {
+        check_minus_one(rdma_bind_addr(id_, const_cast<sockaddr*>(where.get())),
+                        [&] { return "rdma_bind_addr(" + wanted + ")"; });
+        // A specific address is bound to its device and port now: check the
+        // settings against them here, so a bad one fails listen(), not every
+        // accept. (A wildcard address is checked per client.)
+        if (id_->verbs != nullptr) {
+            if (id_->verbs != rt_->listener->device()->native_handle())
+                throw std::system_error(std::make_error_code(std::errc::address_not_available),
+                                        "listen on " + wanted + ": the address is on device " +
+                                            ibv_get_device_name(id_->verbs->device) + ", but the builder uses " +
+                                            rt_->listener->device()->name() + "; set builder::device");
+            qp_options(settings_, *rt_->listener->device(), rdma_get_local_addr(id_), id_->port_num, qp_role::data);
+        }
+        check_minus_one(rdma_listen(id_, 128), [&] { return "rdma_listen(" + wanted + ", backlog=128)"; });
+    } catch (...) {
+        rdma_destroy_id(id_);
+        throw;
+    }
+    socket_address local;
+    const sockaddr* bound = rdma_get_local_addr(id_);
+    local.length = bound->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    std::memcpy(&local.storage, bound, local.length);
+    address_ = local.to_string();
+}
+
+cm_acceptor::~cm_acceptor() {
+    shut();
+    rdma_destroy_id(id_);
+}
+
+std::shared_ptr<cm_acceptor> cm_acceptor::make(std::shared_ptr<runtime> rt, connection_settings settings,
+                                               const socket_address& where) {
+    auto listener = rt->listener;
+    auto self = owned_by_listener_thread(std::move(listener), new cm_acceptor(std::move(rt), std::move(settings), where));
+    self->self_ = self;
+    return self;
+}
+
+void cm_acceptor::dispatch(cm_target* self, const cm_event_copy& event) noexcept {
+    static_cast<cm_acceptor*>(self)->on_cm_event(event);
+}
+
+void cm_acceptor::on_cm_event(const cm_event_copy& event) noexcept {
+    if (event.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        // A control QP completes a connection already accepted: take it even
+        // after close(), or that client's connect would fail half-way.
+        auto hello = cm_hello::from(event);
+        if (hello && hello->kind == cm_hello::control)
+            return accept_control(event.id, *hello);
+        if (auto refused = requests_->push({event.id, hello}))
+            reject(refused->id);
+        return;
+    }
+    if (event.id != id_) {
+        // A client that went away before anyone accepted it.
+        requests_->erase_if([&](const connect_request& r) { return r.id == event.id; });
+        rdma_destroy_id(event.id);
+    }
+}
+
+void cm_acceptor::shut() noexcept {
+    for (auto& request : requests_->close())
+        reject(request.id);
+}
+
+void cm_acceptor::accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept {
+    auto it = awaiting_control_.find(hello.token);
+    std::shared_ptr<connection_state> state = it != awaiting_control_.end() ? it->second.lock() : nullptr;
+    if (it != awaiting_control_.end())
+        awaiting_control_.erase(it);
+    if (!state || !state->agent)
+        return reject(id);  // not one of ours, or its connection is already gone
+    auto handshake = [](std::shared_ptr<cm_acceptor> self, std::shared_ptr<cm_id> cm, cm_hello hello,
+                        connection conn) -> task<void> {
+        std::string failure;
+        try {
+            auto qp = co_await cm_accept_qp(self->rt_, self->settings_, cm, qp_role::control, hello);
+            attach_control(conn, std::move(qp), std::move(cm));
+        } catch (const std::exception& e) {
+            failure = e.what();
+        }
+        if (!failure.empty())
+            fail_control(conn, "the agent's control queue pair could not be accepted: " + failure);
+    };
+    try {
+        auto cm = cm_id::make(rt_, id, peer_of(id) + " (agent)");
+        spawn_detached(handshake(self_.lock(), std::move(cm), hello, connection_access::make(std::move(state))),
+                       [](std::exception_ptr) {});
+    } catch (...) {
+        rdma_reject(id, nullptr, 0);
+    }
+}
+
+task<connection> cm_acceptor::accept(std::stop_token token) {
+    std::shared_ptr<cm_acceptor> self = self_.lock();  // alive across the suspensions
+    co_await rt_->listener->schedule();
+    for (;;) {
+        std::optional<connect_request> request = co_await requests_->pop(token, "accept", address_);
+        if (!request)
+            throw disconnected_error("accept", address_, "the listener is closed");
+        std::string failure;
+        try {
+            auto cm = cm_id::make(rt_, request->id, peer_of(request->id));
+            auto qp = co_await cm_accept_qp(rt_, settings_, cm, qp_role::data, request->hello);
+            std::string peer = cm->peer();
+            connection conn = assemble([&] {
+        detail::connection_parts parts;
+        parts.listener = rt_->listener;
+        parts.data = std::move(qp);
+        parts.peer = std::move(peer);
+        parts.watcher = std::move(cm);
+        parts.agent_pool = request->hello ? rt_->pool : nullptr;
+        parts.limits = settings_.agent;
+        return parts;
+    }());
+            if (request->hello)  // a cordma client: its agent's control QP follows
+                awaiting_control_[request->hello->token] = connection_access::state(conn);
+            co_return conn;
+        } catch (const std::exception& e) {
+            failure = e.what();
+        }
+        // One client that could not be set up (gave up mid-handshake, could
+        // not agree on the path) is dropped; the listener goes on.
+        std::fprintf(stderr, "cordma: listener %s: dropped a client: %s\n", address_.c_str(), failure.c_str());
+    }
+}
+
+void cm_acceptor::close() {
+    auto self = self_.lock();
+    rt_->listener->post([self] { self->shut(); });
+}
+
+listener listen_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, const socket_address& where) {
+    return listener_access::make(cm_acceptor::make(std::move(rt), std::move(settings), where));
+}
+
+}  // namespace cordma::detail

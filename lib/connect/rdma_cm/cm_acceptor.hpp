@@ -1,0 +1,61 @@
+#pragma once
+/// A listening rdma_cm id: connect requests wait in a waiter_queue until an
+/// accept() takes them; the agents' control QPs that follow accepted
+/// connections are paired with them by token. Listener thread only;
+/// destroyed there.
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <rdma/rdma_cma.h>
+
+#include <cordma/address.hpp>
+#include <cordma/builder.hpp>
+
+#include "connect/acceptor.hpp"
+#include "connect/rdma_cm/cm_hello.hpp"
+#include "connect/runtime.hpp"
+#include "engine/cm_target.hpp"
+#include "engine/waiter_queue.hpp"
+
+namespace cordma::detail {
+
+class connection_state;
+
+struct connect_request {
+    rdma_cm_id* id = nullptr;
+    std::optional<cm_hello> hello;
+};
+
+class cm_acceptor : public cm_target, public acceptor {
+public:
+    /// Binds and listens at once (a bad or busy address throws here), and
+    /// checks the settings against the device the address is on.
+    static std::shared_ptr<cm_acceptor> make(std::shared_ptr<runtime> rt, connection_settings settings,
+                                             const socket_address& where);
+    ~cm_acceptor() override;
+
+    const std::string& address() const noexcept override { return address_; }
+    task<connection> accept(std::stop_token token) override;
+    void close() override;
+
+private:
+    cm_acceptor(std::shared_ptr<runtime> rt, connection_settings settings, const socket_address& where);
+    static void dispatch(cm_target* self, const cm_event_copy& event) noexcept;
+    void on_cm_event(const cm_event_copy& event) noexcept;
+    void accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept;
+    void shut() noexcept;
+
+    std::shared_ptr<runtime> rt_;
+    connection_settings settings_;
+    rdma_cm_id* id_ = nullptr;
+    std::string address_;
+    std::shared_ptr<waiter_queue<connect_request>> requests_;
+    // Accepted connections whose agent's control QP has yet to arrive.
+    std::map<std::uint64_t, std::weak_ptr<connection_state>> awaiting_control_;
+    std::weak_ptr<cm_acceptor> self_;
+};
+
+}  // namespace cordma::detail

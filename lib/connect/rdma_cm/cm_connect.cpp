@@ -1,0 +1,69 @@
+// builder::connect over rdma_cm: the data QP's handshake (retried while the
+// peer refuses, until the connect deadline), then the agent's control QP,
+// paired with it by a token.
+#include <random>
+#include <system_error>
+
+#include "connect/assemble.hpp"
+#include "connect/connect.hpp"
+#include "connect/rdma_cm/cm_handshake.hpp"
+#include "engine/delay.hpp"
+
+namespace cordma::detail {
+
+namespace {
+
+std::uint64_t random_token() {
+    static thread_local std::mt19937_64 generator{std::random_device{}()};
+    return generator() | 1;
+}
+
+}  // namespace
+
+task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where) {
+    co_await rt->listener->schedule();
+    auto deadline = std::chrono::steady_clock::now() + settings.connect_timeout;
+    cm_hello hello;
+    hello.token = random_token();
+    std::optional<cm_link> data;
+    for (auto backoff = std::chrono::milliseconds(10);; backoff = std::min(backoff * 2, std::chrono::milliseconds(200))) {
+        try {
+            data = co_await cm_connect_qp(rt, settings, where, qp_role::data, hello, deadline);
+            break;
+        } catch (const std::system_error& e) {
+            // Nothing listening yet: a server started at the same time as
+            // its client is not up yet. Try again until the deadline.
+            if (e.code() != std::errc::connection_refused || std::chrono::steady_clock::now() + backoff >= deadline)
+                throw;
+        }
+        co_await after(*rt->listener, backoff);
+    }
+    std::string peer = data->cm->peer();
+    connection conn = assemble([&] {
+        detail::connection_parts parts;
+        parts.listener = rt->listener;
+        parts.data = std::move(data->qp);
+        parts.peer = std::move(peer);
+        parts.watcher = std::move(data->cm);
+        parts.agent_pool = rt->pool;
+        parts.limits = settings.agent;
+        parts.reopen = [rt, settings, where] { return connect_rdma_cm(rt, settings, where); };
+        return parts;
+    }());
+    hello.kind = cm_hello::control;
+    std::exception_ptr failure;
+    try {
+        auto control_deadline = std::chrono::steady_clock::now() + settings.connect_timeout;
+        cm_link control = co_await cm_connect_qp(rt, settings, where, qp_role::control, hello, control_deadline);
+        attach_control(conn, std::move(control.qp), std::move(control.cm));
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    if (failure) {
+        conn.shut_down();
+        std::rethrow_exception(failure);
+    }
+    co_return conn;
+}
+
+}  // namespace cordma::detail

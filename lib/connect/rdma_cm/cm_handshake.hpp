@@ -1,0 +1,50 @@
+#pragma once
+/// One rdma_cm handshake for one queue pair, either side. cordma drives the
+/// QP's state transitions itself (rdma_init_qp_attr, then the builder's own
+/// attributes through qp_options), so every setting applies over rdma_cm as
+/// over the TCP exchange, each on the side that set it.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <cordma/address.hpp>
+#include <cordma/builder.hpp>
+#include <cordma/queue_pair.hpp>
+#include <cordma/task.hpp>
+
+#include "connect/qp_settings.hpp"
+#include "connect/rdma_cm/cm_hello.hpp"
+#include "connect/rdma_cm/cm_id.hpp"
+#include "connect/runtime.hpp"
+
+namespace cordma::detail {
+
+struct cm_link {
+    std::shared_ptr<cm_id> cm;
+    std::shared_ptr<queue_pair> qp;
+};
+
+/// Active side: resolve, route, QP, connect with `hello`, RTR, RTS,
+/// establish; all by `deadline`. Throws std::system_error (refused,
+/// unreachable, timed out), std::invalid_argument for a setting that cannot
+/// apply.
+task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settings& settings,
+                            const socket_address& where, qp_role role, cm_hello hello,
+                            std::chrono::steady_clock::time_point deadline);
+
+/// Passive side, for the connect request on `cm`: QP, RTR, RTS, accept,
+/// wait until established (bounded by connect_timeout). Rejects the request
+/// and throws if any step fails.
+task<std::shared_ptr<queue_pair>> cm_accept_qp(std::shared_ptr<runtime> rt, const connection_settings& settings,
+                                               std::shared_ptr<cm_id> cm, qp_role role,
+                                               const std::optional<cm_hello>& hello);
+
+/// "connect to 10.0.0.2:7471: ..." errors for a failed step.
+[[noreturn]] void throw_connect_failure(const std::string& peer, const char* step, const cm_event_copy* event,
+                                        std::chrono::milliseconds limit);
+
+/// The listening side's view of a new id: "10.0.0.1:50000".
+std::string peer_of(rdma_cm_id* id);
+
+}  // namespace cordma::detail

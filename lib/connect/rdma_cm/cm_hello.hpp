@@ -1,0 +1,65 @@
+#pragma once
+/// The private data of cordma's rdma_cm handshakes (docs/wire-formats.md).
+///
+/// cm_hello, in the connect request: which of a connection's two queue pairs
+/// this is (the user's data QP, or the agent's control QP), the token that
+/// pairs them on the accepting side, and the sender's path MTU cap.
+/// cm_reply, in the accept: the MTU both sides then use (the smaller cap).
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+
+#include <infiniband/verbs.h>
+
+#include "engine/cm_target.hpp"
+
+namespace cordma::detail {
+
+struct cm_hello {
+    static constexpr std::uint32_t expected_magic = 0x43444d41;  // "CDMA"
+    enum kind_type : std::uint8_t { data = 1, control = 2 };
+
+    std::uint32_t magic = expected_magic;
+    std::uint8_t version = 1;
+    std::uint8_t kind = data;
+    /// ibv_mtu code 1..5 of the sender's cap; 0 from a sender that names none.
+    std::uint8_t mtu = 0;
+    std::uint8_t reserved = 0;
+    std::uint64_t token = 0;
+
+    /// The hello in a connect request, if it carries a valid one (a client
+    /// that is not cordma sends none: it gets a connection without agent).
+    static std::optional<cm_hello> from(const cm_event_copy& event) {
+        cm_hello h;
+        if (event.private_data_len < sizeof h)
+            return std::nullopt;
+        std::memcpy(&h, event.private_data.data(), sizeof h);
+        if (h.magic != expected_magic || h.version != 1 || (h.kind != data && h.kind != control) || h.mtu > IBV_MTU_4096)
+            return std::nullopt;
+        return h;
+    }
+};
+static_assert(sizeof(cm_hello) == 16);
+
+struct cm_reply {
+    static constexpr std::uint32_t expected_magic = 0x43444d52;  // "CDMR"
+    std::uint32_t magic = expected_magic;
+    std::uint8_t version = 1;
+    /// ibv_mtu code both sides use.
+    std::uint8_t mtu = 0;
+    std::uint16_t reserved = 0;
+
+    static std::optional<cm_reply> from(const cm_event_copy& event) {
+        cm_reply r;
+        if (event.private_data_len < sizeof r)
+            return std::nullopt;
+        std::memcpy(&r, event.private_data.data(), sizeof r);
+        if (r.magic != expected_magic || r.version != 1 || r.mtu < IBV_MTU_256 || r.mtu > IBV_MTU_4096)
+            return std::nullopt;
+        return r;
+    }
+};
+static_assert(sizeof(cm_reply) == 8);
+
+}  // namespace cordma::detail

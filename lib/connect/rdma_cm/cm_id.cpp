@@ -1,0 +1,97 @@
+#include "connect/rdma_cm/cm_id.hpp"
+
+#include <system_error>
+
+#include "verbs/check.hpp"
+#include "engine/listener_owned.hpp"
+#include "engine/connection_state.hpp"
+#include "connect/runtime.hpp"
+
+namespace cordma::detail {
+
+std::string describe(const cm_event_copy& event) {
+    return std::string(rdma_event_str(event.type)) + " (status " + std::to_string(event.status) + ")";
+}
+
+cm_id::cm_id(std::shared_ptr<runtime> rt, std::string peer) : rt_(std::move(rt)), peer_(std::move(peer)) {
+    cm_target::on_event = &cm_id::dispatch;
+    errno = 0;
+    detail::check_minus_one(rdma_create_id(rt_->listener->cm_channel(), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
+                            [&] { return "rdma_create_id(peer=" + peer_ + ")"; });
+}
+
+cm_id::cm_id(std::shared_ptr<runtime> rt, rdma_cm_id* id, std::string peer)
+    : rt_(std::move(rt)), id_(id), peer_(std::move(peer)) {
+    cm_target::on_event = &cm_id::dispatch;
+    id_->context = static_cast<cm_target*>(this);
+}
+
+cm_id::~cm_id() {
+    if (timer_)
+        timer_->cancel();
+    if (id_ != nullptr)
+        rdma_destroy_id(id_);
+}
+
+std::shared_ptr<cm_id> cm_id::make(std::shared_ptr<runtime> rt, rdma_cm_id* id, std::string peer) {
+    auto listener = rt->listener;
+    cm_id* raw = id != nullptr ? new cm_id(std::move(rt), id, std::move(peer)) : new cm_id(std::move(rt), std::move(peer));
+    return owned_by_listener_thread(std::move(listener), raw);
+}
+
+void cm_id::dispatch(cm_target* self, const cm_event_copy& event) noexcept {
+    static_cast<cm_id*>(self)->handle_event(event);
+}
+
+void cm_id::wait(std::coroutine_handle<> h, std::chrono::milliseconds limit) {
+    waiter_ = h;
+    timer_ = rt_->listener->call_after(limit, [this] {
+        timer_.reset();
+        if (auto h = std::exchange(waiter_, nullptr))
+            h.resume();  // with no event: timed out
+    });
+}
+
+void cm_id::handle_event(const cm_event_copy& event) noexcept {
+    if (auto h = std::exchange(waiter_, nullptr)) {
+        if (timer_)
+            std::exchange(timer_, nullptr)->cancel();
+        event_ = event;
+        h.resume();
+        return;
+    }
+    // Nobody is waiting: the connection is up, and this is the peer (or the
+    // device) going away.
+    switch (event.type) {
+    case RDMA_CM_EVENT_DISCONNECTED:
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+    case RDMA_CM_EVENT_ADDR_CHANGE:
+        if (!disconnected_) {
+            disconnected_ = true;
+            // Answer the peer's disconnect request (DREP); without it the
+            // peer's close() waits for the CM's own timeout.
+            rdma_disconnect(id_);
+            if (auto state = state_.lock())
+                state->shut_down("peer " + peer_ + " disconnected (" + describe(event) + ")");
+        }
+        break;
+    default: break;
+    }
+}
+
+task<void> cm_id::close() {
+    if (disconnected_)
+        co_return;
+    disconnected_ = true;
+    if (rdma_disconnect(id_) != 0)
+        co_return;  // never connected, or already gone: nothing to tell the peer
+    // The local side gets DISCONNECTED too once the peer has answered (or the
+    // CM gave up on it); bound the wait so a dead peer cannot hold us.
+    for (;;) {
+        auto event = co_await next_event(std::chrono::milliseconds(5000));
+        if (!event || event->type == RDMA_CM_EVENT_DISCONNECTED || event->type == RDMA_CM_EVENT_TIMEWAIT_EXIT)
+            co_return;
+    }
+}
+
+}  // namespace cordma::detail

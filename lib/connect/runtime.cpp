@@ -1,0 +1,59 @@
+#include "connect/runtime.hpp"
+
+#include <algorithm>
+
+namespace cordma::detail {
+
+std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
+    auto rt = std::make_shared<runtime>();
+    rt->listener = event_listener::start(device_context::open(settings.device), {.mode = settings.polling});
+    rt->pd = protection_domain::create(rt->listener->device());
+    rt->pool = memory_pool::create(rt->pd);
+    rt->send_cq = rt->listener->create_cq(settings.cq_size);
+    rt->recv_cq = rt->listener->create_cq(settings.cq_size);
+    return rt;
+}
+
+void runtime::reserve(const qp_capacity& capacity) {
+    auto grow = [](completion_queue& cq, int& in_use, std::uint32_t more) {
+        in_use += static_cast<int>(more);
+        if (in_use > cq.entries())
+            cq.resize(std::max(in_use, cq.entries() * 2));
+    };
+    grow(*send_cq, send_entries_in_use, capacity.max_send_wr);
+    grow(*recv_cq, recv_entries_in_use, capacity.max_recv_wr);
+}
+
+void runtime::release(const qp_capacity& capacity) noexcept {
+    send_entries_in_use -= static_cast<int>(capacity.max_send_wr);
+    recv_entries_in_use -= static_cast<int>(capacity.max_recv_wr);
+}
+
+std::shared_ptr<queue_pair> runtime::create_qp(const qp_capacity& capacity) {
+    reserve(capacity);
+    std::shared_ptr<queue_pair> qp;
+    try {
+        qp = queue_pair::create(pd, send_cq, recv_cq, capacity);
+    } catch (...) {
+        release(capacity);
+        throw;
+    }
+    // The QP may be destroyed on any thread; the room goes back on the
+    // listener thread, where the counts live.
+    std::weak_ptr<runtime> owner = weak_from_this();
+    auto* raw = qp.get();
+    return std::shared_ptr<queue_pair>(raw, [qp = std::move(qp), owner, capacity](queue_pair*) mutable {
+        qp.reset();
+        if (auto rt = owner.lock()) {
+            if (rt->listener->running_in_this_thread())
+                rt->release(capacity);
+            else
+                rt->listener->post([owner, capacity] {
+                    if (auto alive = owner.lock())
+                        alive->release(capacity);
+                });
+        }
+    });
+}
+
+}  // namespace cordma::detail

@@ -1,0 +1,273 @@
+// connection: the public handle, its operations (checked here, started by
+// the connection state) and the agent calls it forwards.
+#include <cordma/connection.hpp>
+
+#include <atomic>
+#include <stdexcept>
+
+#include "agent/agent.hpp"
+#include "engine/connection_state.hpp"
+
+namespace cordma {
+
+namespace detail {
+
+std::uint64_t next_cancellation_ticket() noexcept {
+    static std::atomic<std::uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void canceller::operator()() const noexcept {
+    try {
+        auto state = op->connection->shared_from_this();
+        state->listener()->post([state, op = op, ticket = ticket] { state->cancel(op, ticket); });
+    } catch (...) {
+        // Out of memory while cancelling: the operation completes normally.
+    }
+}
+
+bool start_operation(operation_base* op) {
+    connection_state* state = op->connection;
+    if (state->listener()->running_in_this_thread())
+        return state->start(op);
+    // Awaited on another thread: hop to the listener once.
+    auto keep = state->shared_from_this();
+    keep->listener()->post([keep, op] {
+        if (!keep->start(op))
+            op->continuation.resume();
+    });
+    return true;
+}
+
+void abandon_operation(operation_base* op) noexcept { op->connection->abandon(op); }
+
+void cancel_before_start(operation_base* op) noexcept {
+    try {
+        op->error = std::make_exception_ptr(operation_cancelled(to_string(op->kind), op->connection->peer()));
+    } catch (...) {
+        op->error = std::current_exception();
+    }
+    op->done = true;
+}
+
+void operation_base::rethrow_if_failed() const {
+    if (error) [[unlikely]]
+        std::rethrow_exception(error);
+    if (status != IBV_WC_SUCCESS) [[unlikely]]
+        throw work_completion_error(status, to_string(kind), vendor_error, connection->peer());
+}
+
+const char* to_string(op_kind kind) noexcept {
+    switch (kind) {
+    case op_kind::send: return "send";
+    case op_kind::send_with_imm: return "send_with_imm";
+    case op_kind::write: return "write";
+    case op_kind::write_with_imm: return "write_with_imm";
+    case op_kind::read: return "read";
+    case op_kind::fetch_add: return "fetch_add";
+    case op_kind::compare_swap: return "compare_swap";
+    case op_kind::recv: return "recv";
+    }
+    return "operation";
+}
+
+}  // namespace detail
+
+detail::connection_state& connection::checked_state(const char* call) const {
+    if (!state_)
+        throw std::logic_error(std::string("connection::") + call +
+                               ": an empty connection (default-constructed or moved from); get one from "
+                               "builder::connect, listener::accept or connect_loopback");
+    return *state_;
+}
+
+const std::string& connection::peer() const { return checked_state("peer").peer(); }
+const std::shared_ptr<queue_pair>& connection::qp() const { return checked_state("qp").qp(); }
+const std::shared_ptr<event_listener>& connection::event_listener() const {
+    return checked_state("event_listener").listener();
+}
+bool connection::is_broken() const { return checked_state("is_broken").broken(); }
+
+connection connection::adopt(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<queue_pair> qp,
+                             std::string peer) {
+    return connection(std::make_shared<detail::connection_state>(std::move(listener), std::move(qp), std::move(peer)));
+}
+
+void connection::shut_down() {
+    checked_state("shut_down");
+    auto state = state_;
+    if (state->listener()->running_in_this_thread())
+        state->shut_down("connection shut down by this side");
+    else
+        state->listener()->post([state] { state->shut_down("connection shut down by this side"); });
+}
+
+task<void> connection::close() {
+    checked_state("close");
+    auto state = state_;
+    co_await state->listener()->schedule();
+    if (!state->broken() && state->get_transport())
+        co_await state->get_transport()->close();
+    state->shut_down("connection closed by this side");
+}
+
+std::shared_ptr<detail::agent> connection::agent_for(const char* call) const {
+    if (!checked_state(call).agent)
+        throw std::logic_error(std::string("connection::") + call + " to " + peer() +
+                               ": this connection has no agent: it was made with connection::adopt, or the peer is "
+                               "not cordma. Connections from a builder and from connect_loopback have one");
+    return state_->agent;
+}
+
+task<remote_region> connection::request_remote_mr(std::size_t size, std::size_t alignment,
+                                                  std::chrono::milliseconds lease, access_flags rights) {
+    if (size == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096)
+        throw std::invalid_argument("connection::request_remote_mr(size=" + std::to_string(size) + ", alignment=" +
+                                    std::to_string(alignment) + ") to " + peer() +
+                                    ": size must be nonzero and alignment a power of two <= 4096");
+    auto a = agent_for("request_remote_mr");
+    co_await state_->listener()->schedule();
+    co_return co_await a->request_remote_mr(size, alignment, lease, rights);
+}
+
+task<void> connection::send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags rights) {
+    if (!region.block())
+        throw std::invalid_argument("connection::send_local_mr to " + peer() + ": an empty local_slice");
+    auto a = agent_for("send_local_mr");
+    co_await state_->listener()->schedule();
+    co_await a->send_local_mr(std::move(region), lease, rights);
+}
+
+task<remote_region> connection::receive_remote_mr() {
+    auto a = agent_for("receive_remote_mr");
+    co_await state_->listener()->schedule();
+    co_return co_await a->receive_remote_mr();
+}
+
+task<void> connection::send_remote_mr(remote_region region) {
+    auto a = agent_for("send_remote_mr");
+    co_await state_->listener()->schedule();
+    co_await a->send_remote_mr(std::move(region));
+}
+
+task<local_mr> connection::receive_local_mr() {
+    auto a = agent_for("receive_local_mr");
+    co_await state_->listener()->schedule();
+    co_return co_await a->receive_local_mr();
+}
+
+task<std::size_t> connection::revoke_local_mr(local_slice region) {
+    auto a = agent_for("revoke_local_mr");
+    co_await state_->listener()->schedule();
+    co_return co_await a->revoke(std::move(region));
+}
+
+task<connection> connection::new_connection() {
+    if (!checked_state("new_connection").reopen)
+        throw std::logic_error("connection::new_connection() to " + peer() +
+                               ": only the side that connected can open more queue pairs (the peer's listener "
+                               "accepts them); use builder::connect there");
+    return state_->reopen();
+}
+
+void connection::check_sg_list(const char* call, std::span<const local_slice> sg_list, std::size_t limit) const {
+    std::size_t allowed = std::min(limit, detail::max_sges);
+    if (sg_list.empty() || sg_list.size() > allowed)
+        throw std::invalid_argument(std::string("connection::") + call + "(sg_list of " +
+                                    std::to_string(sg_list.size()) + " slices) to " + peer() +
+                                    ": between 1 and " + std::to_string(allowed) + " slices are allowed");
+    for (const auto& s : sg_list)
+        if (!s.block())
+            throw std::invalid_argument(std::string("connection::") + call + " to " + peer() +
+                                        ": an empty local_slice (from a moved-from or default local_mr)");
+}
+
+void connection::check_remote_size(const char* call, std::size_t local, const remote_mr& remote) const {
+    if (local != remote.length)
+        throw std::invalid_argument(std::string("connection::") + call + " to " + peer() + ": local length " +
+                                    std::to_string(local) + " differs from " + to_string(remote) +
+                                    "; slice one of them to match");
+}
+
+void connection::check_atomic_target(const char* call, const remote_mr& remote) const {
+    if (remote.length < 8 || remote.address % 8 != 0)
+        throw std::invalid_argument(std::string("connection::") + call + " to " + peer() + ": target " +
+                                    to_string(remote) + " must be an 8-byte aligned word of at least 8 bytes");
+}
+
+namespace {
+
+std::size_t total_size(std::span<const local_slice> sg_list) {
+    std::size_t total = 0;
+    for (const auto& s : sg_list)
+        total += s.size();
+    return total;
+}
+
+}  // namespace
+
+operation<void> connection::send(local_slice local, std::stop_token token) {
+    check_sg_list("send", {&local, 1}, checked_state("send").qp()->capacity().max_send_sge);
+    return {&checked_state("send"), detail::op_kind::send, std::move(token), {.sg_list = {&local, 1}}};
+}
+
+operation<void> connection::send_with_imm(local_slice local, std::uint32_t imm, std::stop_token token) {
+    check_sg_list("send_with_imm", {&local, 1}, checked_state("send_with_imm").qp()->capacity().max_send_sge);
+    return {&checked_state("send_with_imm"), detail::op_kind::send_with_imm, std::move(token), {.sg_list = {&local, 1}, .imm = imm}};
+}
+
+operation<recv_result> connection::recv(local_slice local, std::stop_token token) {
+    return recv(std::span<const local_slice>(&local, 1), std::move(token));
+}
+
+operation<recv_result> connection::recv(std::span<const local_slice> sg_list, std::stop_token token) {
+    check_sg_list("recv", sg_list, checked_state("recv").qp()->capacity().max_recv_sge);
+    return {&checked_state("recv"), detail::op_kind::recv, std::move(token), {.sg_list = sg_list}};
+}
+
+operation<recv_result> connection::receive_write_imm(std::stop_token token) {
+    return {&checked_state("receive_write_imm"), detail::op_kind::recv, std::move(token), {}};
+}
+
+operation<void> connection::write(local_slice local, remote_mr remote, std::stop_token token) {
+    return write(std::span<const local_slice>(&local, 1), remote, std::move(token));
+}
+
+operation<void> connection::write(std::span<const local_slice> sg_list, remote_mr remote, std::stop_token token) {
+    check_sg_list("write", sg_list, checked_state("write").qp()->capacity().max_send_sge);
+    check_remote_size("write", total_size(sg_list), remote);
+    return {&checked_state("write"), detail::op_kind::write, std::move(token), {.sg_list = sg_list, .remote = remote}};
+}
+
+operation<void> connection::write_with_imm(local_slice local, remote_mr remote, std::uint32_t imm,
+                                           std::stop_token token) {
+    check_sg_list("write_with_imm", {&local, 1}, checked_state("write_with_imm").qp()->capacity().max_send_sge);
+    check_remote_size("write_with_imm", local.size(), remote);
+    return {&checked_state("write_with_imm"), detail::op_kind::write_with_imm, std::move(token),
+            {.sg_list = {&local, 1}, .remote = remote, .imm = imm}};
+}
+
+operation<void> connection::read(local_slice local, remote_mr remote, std::stop_token token) {
+    return read(std::span<const local_slice>(&local, 1), remote, std::move(token));
+}
+
+operation<void> connection::read(std::span<const local_slice> sg_list, remote_mr remote, std::stop_token token) {
+    check_sg_list("read", sg_list, checked_state("read").qp()->capacity().max_send_sge);
+    check_remote_size("read", total_size(sg_list), remote);
+    return {&checked_state("read"), detail::op_kind::read, std::move(token), {.sg_list = sg_list, .remote = remote}};
+}
+
+operation<std::uint64_t> connection::fetch_add(remote_mr remote, std::uint64_t add, std::stop_token token) {
+    check_atomic_target("fetch_add", remote);
+    return {&checked_state("fetch_add"), detail::op_kind::fetch_add, std::move(token),
+            {.sg_list = {}, .remote = remote.slice(0, 8), .compare_add = add}};
+}
+
+operation<std::uint64_t> connection::compare_swap(remote_mr remote, std::uint64_t compare, std::uint64_t swap,
+                                                  std::stop_token token) {
+    check_atomic_target("compare_swap", remote);
+    return {&checked_state("compare_swap"), detail::op_kind::compare_swap, std::move(token),
+            {.sg_list = {}, .remote = remote.slice(0, 8), .compare_add = compare, .swap = swap}};
+}
+
+}  // namespace cordma

@@ -1,0 +1,27 @@
+#pragma once
+/// `co_await after(listener, delay)`: resumes on the listener thread once
+/// `delay` has passed (an io_uring timeout). For back-off between retries,
+/// never to order processes. Listener thread only.
+
+#include <chrono>
+#include <coroutine>
+#include <memory>
+
+#include <cordma/event_listener.hpp>
+
+namespace cordma::detail {
+
+struct delay_awaiter {
+    event_listener* listener;
+    std::chrono::nanoseconds delay;
+    std::shared_ptr<event_listener::timer> timer;
+    bool await_ready() const noexcept { return delay.count() <= 0; }
+    void await_suspend(std::coroutine_handle<> h) { timer = listener->call_after(delay, [h] { h.resume(); }); }
+    void await_resume() const noexcept {}
+};
+
+inline delay_awaiter after(event_listener& listener, std::chrono::nanoseconds delay) {
+    return {&listener, delay, nullptr};
+}
+
+}  // namespace cordma::detail

@@ -1,0 +1,393 @@
+#include <cordma/event_listener.hpp>
+
+#include <liburing.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <future>
+#include <utility>
+
+#include "engine/cm_target.hpp"
+#include "verbs/check.hpp"
+
+namespace cordma {
+
+const char* to_string(polling_mode mode) noexcept {
+    switch (mode) {
+    case polling_mode::event: return "event";
+    case polling_mode::busy: return "busy";
+    case polling_mode::adaptive: return "adaptive";
+    }
+    return "unknown";
+}
+
+// What users hold. Its destruction (the last user reference, CQ or connection
+// gone) stops the thread; the thread holds the listener itself, so a last
+// reference dropped on the listener thread detaches instead of self-joining.
+struct event_listener::handle {
+    std::shared_ptr<event_listener> listener;
+    handle() = default;
+    handle(const handle&) = delete;
+    handle& operator=(const handle&) = delete;
+    ~handle() {
+        if (!listener)
+            return;
+        listener->request_stop();
+        if (listener->running_in_this_thread())
+            listener->thread_.detach();
+        else if (listener->thread_.joinable())
+            listener->thread_.join();
+    }
+};
+
+std::shared_ptr<event_listener> event_listener::start(std::shared_ptr<device_context> device,
+                                                      event_listener_options options) {
+    std::shared_ptr<event_listener> listener(new event_listener(std::move(device), options));
+    std::promise<void> started;
+    auto ready = started.get_future();
+    listener->thread_ = std::thread([self = listener, &started] {
+        self->thread_id_ = std::this_thread::get_id();
+        started.set_value();
+        self->run();
+    });
+    ready.wait();
+    auto h = std::make_shared<handle>();
+    h->listener = std::move(listener);
+    return std::shared_ptr<event_listener>(h, h->listener.get());
+}
+
+event_listener::event_listener(std::shared_ptr<device_context> device, event_listener_options options)
+    : device_(std::move(device)), options_(options), channel_(completion_channel::create(device_)),
+      ring_(std::make_unique<io_uring>()), wcs_(options.batch == 0 ? 32 : options.batch) {
+    detail::check_errno_return(io_uring_queue_init(64, ring_.get(), 0),
+                               [] { return std::string("io_uring_queue_init(entries=64)"); });
+    wakeup_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wakeup_fd_ == -1) {
+        int saved = errno;
+        io_uring_queue_exit(ring_.get());
+        detail::throw_verbs_error(saved, "eventfd()");
+    }
+    channel_watch_.self = this;
+    channel_watch_.on_ready = [](detail::uring_target* t, int) noexcept {
+        static_cast<channel_watch*>(t)->self->on_channel_ready();
+    };
+    wakeup_watch_.self = this;
+    wakeup_watch_.on_ready = [](detail::uring_target* t, int) noexcept {
+        static_cast<wakeup_watch*>(t)->self->on_wakeup();
+    };
+}
+
+struct event_listener::timer_entry : detail::uring_target {
+    __kernel_timespec timeout{};
+    std::function<void()> fn;
+    std::shared_ptr<event_listener::timer> handle;
+    event_listener* owner = nullptr;
+};
+
+event_listener::~event_listener() {
+    // Timers still pending when the thread stopped never fire.
+    for (timer_entry* entry : timers_)
+        delete entry;
+    if (cm_channel_ != nullptr)
+        rdma_destroy_event_channel(cm_channel_);
+    io_uring_queue_exit(ring_.get());
+    close(wakeup_fd_);
+}
+
+void event_listener::request_stop() noexcept {
+    stopping_.store(true, std::memory_order_release);
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
+}
+
+std::shared_ptr<completion_queue> event_listener::create_cq(int entries) {
+    auto cq = completion_queue::create(device_, entries, channel_);
+    // Armed before anyone can post to it, so event mode never misses its
+    // first completion; the other modes re-arm before they sleep.
+    cq->request_notify();
+    completion_queue* raw = cq.get();
+    post([this, raw] { cqs_.push_back(raw); });
+    // The CQ is destroyed on the listener thread, between batches, so no
+    // channel event or poll loop can still be looking at it.
+    std::shared_ptr<event_listener> keep_alive = shared_from_this();
+    auto holder = std::make_shared<std::shared_ptr<completion_queue>>(std::move(cq));
+    return std::shared_ptr<completion_queue>(raw, [holder, keep_alive](completion_queue* p) {
+        keep_alive->post([holder, p, keep_alive] {
+            keep_alive->retire_cq(p);
+            holder->reset();
+        });
+    });
+}
+
+rdma_event_channel* event_listener::cm_channel() {
+    std::call_once(cm_once_, [this] {
+        errno = 0;
+        rdma_event_channel* channel = detail::check_pointer(rdma_create_event_channel(), [] {
+            return std::string("rdma_create_event_channel(): is the rdma_ucm module loaded?");
+        });
+        int flags = fcntl(channel->fd, F_GETFL);
+        if (flags == -1 || fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) == -1) {
+            int saved = errno;
+            rdma_destroy_event_channel(channel);
+            detail::throw_verbs_error(saved, "fcntl(rdma_cm event channel fd, O_NONBLOCK)");
+        }
+        cm_channel_ = channel;
+        cm_watch_.self = this;
+        cm_watch_.on_ready = [](detail::uring_target* t, int) noexcept { static_cast<cm_watch*>(t)->self->on_cm_ready(); };
+        if (running_in_this_thread())
+            submit_poll(channel->fd, &cm_watch_);
+        else
+            post([this] { submit_poll(cm_channel_->fd, &cm_watch_); });
+    });
+    return cm_channel_;
+}
+
+void event_listener::on_cm_ready() {
+    rdma_cm_event* event = nullptr;
+    while (rdma_get_cm_event(cm_channel_, &event) == 0) {
+        detail::cm_event_copy copy;
+        copy.type = event->event;
+        copy.status = event->status;
+        copy.id = event->id;
+        copy.listen_id = event->listen_id;
+        const rdma_conn_param& param = event->param.conn;
+        if (param.private_data != nullptr && param.private_data_len > 0) {
+            copy.private_data_len = static_cast<std::uint8_t>(std::min<std::size_t>(param.private_data_len, 64));
+            std::memcpy(copy.private_data.data(), param.private_data, copy.private_data_len);
+        }
+        copy.responder_resources = param.responder_resources;
+        copy.initiator_depth = param.initiator_depth;
+        // A connect request arrives on the new id, whose context is still the
+        // listening id's: both point to the listener's target.
+        auto* target = static_cast<detail::cm_target*>(event->id->context);
+        rdma_ack_cm_event(event);
+        if (target != nullptr)
+            target->on_event(target, copy);
+    }
+    submit_poll(cm_channel_->fd, &cm_watch_);
+}
+
+
+std::shared_ptr<event_listener::timer> event_listener::call_after(std::chrono::nanoseconds delay,
+                                                                  std::function<void()> fn) {
+    auto* entry = new timer_entry;
+    entry->owner = this;
+    timers_.insert(entry);
+    entry->timeout.tv_sec = delay.count() / 1'000'000'000;
+    entry->timeout.tv_nsec = delay.count() % 1'000'000'000;
+    entry->fn = std::move(fn);
+    entry->handle = std::make_shared<timer>();
+    entry->on_ready = [](detail::uring_target* t, int) noexcept {
+        std::unique_ptr<timer_entry> self(static_cast<timer_entry*>(t));
+        self->owner->timers_.erase(self.get());
+        if (!self->handle->cancelled)
+            self->fn();
+    };
+    io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+    if (sqe == nullptr) {
+        io_uring_submit(ring_.get());
+        sqe = io_uring_get_sqe(ring_.get());
+    }
+    io_uring_prep_timeout(sqe, &entry->timeout, 0, 0);
+    io_uring_sqe_set_data(sqe, entry);
+    // The kernel reads the timespec at submission: submit now, so a busy
+    // listener that never sleeps still starts the clock.
+    io_uring_submit(ring_.get());
+    return entry->handle;
+}
+
+void event_listener::retire_cq(completion_queue* cq) noexcept {
+    std::erase(cqs_, cq);
+}
+
+void event_listener::post(std::function<void()> fn) {
+    {
+        std::lock_guard lock(posted_mutex_);
+        posted_.push_back(std::move(fn));
+    }
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
+}
+
+void event_listener::watch_readable(int fd, detail::uring_target* target) { submit_poll(fd, target); }
+
+void event_listener::submit_poll(int fd, detail::uring_target* target) {
+    io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+    if (sqe == nullptr) {
+        // The ring is full of unsubmitted entries: hand them to the kernel.
+        io_uring_submit(ring_.get());
+        sqe = io_uring_get_sqe(ring_.get());
+    }
+    io_uring_prep_poll_add(sqe, fd, POLLIN);
+    io_uring_sqe_set_data(sqe, target);
+}
+
+void event_listener::run_posted() {
+    {
+        std::lock_guard lock(posted_mutex_);
+        running_.swap(posted_);
+    }
+    for (auto& fn : running_) {
+        try {
+            fn();
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "cordma: event_listener: a posted function threw: %s\n", e.what());
+            std::terminate();
+        }
+    }
+    running_.clear();
+}
+
+void event_listener::on_wakeup() {
+    std::uint64_t count;
+    [[maybe_unused]] auto n = read(wakeup_fd_, &count, sizeof count);
+    run_posted();
+    submit_poll(wakeup_fd_, &wakeup_watch_);
+}
+
+// The race-free order: take every pending event, ack them, re-arm, and only
+// then drain. A completion that lands after the drain has started fires the
+// freshly armed channel again, so none is ever left waiting.
+void event_listener::on_channel_ready() {
+    while (completion_queue* cq = channel_->try_get_event()) {
+        cq->ack_events(1);
+        if (options_.mode == polling_mode::event)
+            cq->request_notify();
+        while (drain(*cq)) {
+        }
+    }
+    submit_poll(channel_->fd(), &channel_watch_);
+}
+
+bool event_listener::drain(completion_queue& cq) {
+    int n = cq.poll(wcs_);
+    for (int i = 0; i < n; ++i) {
+        auto* target = detail::completion_target::from_wr_id(wcs_[i].wr_id);
+        target->on_complete(target, wcs_[i]);
+    }
+    return n == static_cast<int>(wcs_.size());
+}
+
+bool event_listener::drain_all() {
+    bool any = false;
+    for (std::size_t i = 0; i < cqs_.size(); ++i) {
+        // Index, not iterator: a resumed coroutine may create a CQ.
+        completion_queue* cq = cqs_[i];
+        int n = cq->poll(wcs_);
+        for (int k = 0; k < n; ++k) {
+            auto* target = detail::completion_target::from_wr_id(wcs_[k].wr_id);
+            target->on_complete(target, wcs_[k]);
+        }
+        any |= n > 0;
+    }
+    return any;
+}
+
+void event_listener::arm_all() {
+    for (completion_queue* cq : cqs_)
+        cq->request_notify();
+}
+
+unsigned event_listener::reap_uring() {
+    unsigned handled = 0;
+    io_uring_cqe* cqe = nullptr;
+    while (io_uring_peek_cqe(ring_.get(), &cqe) == 0 && cqe != nullptr) {
+        auto* target = static_cast<detail::uring_target*>(io_uring_cqe_get_data(cqe));
+        int result = cqe->res;
+        io_uring_cqe_seen(ring_.get(), cqe);
+        if (target != nullptr)
+            target->on_ready(target, result);
+        ++handled;
+    }
+    return handled;
+}
+
+void event_listener::run() noexcept {
+    try {
+        run_loop();
+        // Stopping: whatever was posted last (CQ retirements) still runs.
+        for (;;) {
+            {
+                std::lock_guard lock(posted_mutex_);
+                if (posted_.empty())
+                    break;
+            }
+            run_posted();
+        }
+        // Timers that never fired let go of their callbacks (and whatever
+        // those keep alive: agents, leases) here, on this thread. Each
+        // callback's destruction may post or add timers: repeat until quiet.
+        for (;;) {
+            auto pending = std::exchange(timers_, {});
+            bool posted = false;
+            {
+                std::lock_guard lock(posted_mutex_);
+                posted = !posted_.empty();
+            }
+            if (pending.empty() && !posted)
+                break;
+            for (timer_entry* entry : pending)
+                delete entry;
+            run_posted();
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "cordma: event_listener on %s failed: %s\n", device_->name().c_str(), e.what());
+        std::terminate();
+    }
+}
+
+void event_listener::run_loop() {
+    submit_poll(wakeup_fd_, &wakeup_watch_);
+    submit_poll(channel_->fd(), &channel_watch_);
+    io_uring_submit(ring_.get());
+    auto last_activity = std::chrono::steady_clock::now();
+    bool idle_since_activity = false;
+    while (!stopping_.load(std::memory_order_acquire)) {
+        if (options_.mode == polling_mode::event) {
+            sleeps_.fetch_add(1, std::memory_order_relaxed);
+            io_uring_submit_and_wait(ring_.get(), 1);
+            reap_uring();
+            continue;
+        }
+        bool active = drain_all();
+        active |= reap_uring() > 0;
+        if (io_uring_sq_ready(ring_.get()) > 0)
+            io_uring_submit(ring_.get());
+        // Busy mode never needs the time, and reading the clock is not free
+        // (1.7 us per read on an HPET clocksource, as in emulated guests).
+        if (options_.mode == polling_mode::busy)
+            continue;
+        if (active) {
+            idle_since_activity = false;
+            continue;
+        }
+        auto now = std::chrono::steady_clock::now();
+        if (!idle_since_activity) {
+            // The first empty poll after activity starts the spin.
+            idle_since_activity = true;
+            last_activity = now;
+        }
+        if (now - last_activity < options_.spin)
+            continue;
+        // Adaptive, idle: arm, then look once more for completions that
+        // arrived before the arming took effect, and only then sleep.
+        arm_all();
+        if (drain_all()) {
+            idle_since_activity = false;
+            continue;
+        }
+        sleeps_.fetch_add(1, std::memory_order_relaxed);
+        io_uring_submit_and_wait(ring_.get(), 1);
+        reap_uring();
+        idle_since_activity = false;
+    }
+}
+
+}  // namespace cordma

@@ -1,0 +1,146 @@
+#include <cordma/local_mr.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "verbs/check.hpp"
+#include "engine/slice_check.hpp"
+
+namespace cordma {
+
+namespace detail {
+
+mr_block::~mr_block() {
+    if (pool)
+        pool->release(chunk, offset, reserved);
+}
+
+}  // namespace detail
+
+local_slice local_slice::slice(std::size_t offset, std::size_t length) const {
+    detail::check_slice(size_, offset, length, [this] {
+        char text[96];
+        std::snprintf(text, sizeof text, "local_mr{address=%p, length=%zu, lkey=0x%x}", static_cast<void*>(data_),
+                      size_, block_ ? block_->lkey : 0);
+        return std::string(text);
+    });
+    return {block_, data_ + offset, length};
+}
+
+local_mr register_local_mr(std::shared_ptr<protection_domain> pd, void* data, std::size_t size,
+                           access_flags rights) {
+    auto block = std::make_shared<detail::mr_block>();
+    block->own_registration = memory_region::register_memory(std::move(pd), data, size, rights);
+    block->data = static_cast<std::byte*>(data);
+    block->size = size;
+    block->lkey = block->own_registration.lkey();
+    block->rkey = block->own_registration.rkey();
+    block->rights = rights;
+    return local_mr(std::move(block));
+}
+
+std::shared_ptr<memory_pool> memory_pool::create(std::shared_ptr<protection_domain> pd, access_flags rights,
+                                                 std::size_t chunk_size) {
+    if (chunk_size < 4096)
+        throw std::invalid_argument("memory_pool::create(chunk_size=" + std::to_string(chunk_size) +
+                                    "): chunks must be at least 4096 bytes");
+    return std::shared_ptr<memory_pool>(new memory_pool(std::move(pd), rights, chunk_size));
+}
+
+memory_pool::memory_pool(std::shared_ptr<protection_domain> pd, access_flags rights, std::size_t chunk_size)
+    : pd_(std::move(pd)), rights_(rights | access_flags::local_write), chunk_size_(chunk_size) {}
+
+memory_pool::~memory_pool() {
+    for (auto& c : chunks_) {
+        c.registration = memory_region();
+        std::free(c.memory);
+    }
+}
+
+local_mr memory_pool::allocate(std::size_t size, std::size_t alignment) {
+    if (size == 0)
+        throw std::invalid_argument("memory_pool::allocate(size=0): a region needs at least one byte");
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096)
+        throw std::invalid_argument("memory_pool::allocate(size=" + std::to_string(size) + ", alignment=" +
+                                    std::to_string(alignment) + "): alignment must be a power of two <= 4096");
+    // Reserve in multiples of 64 bytes so neighbouring regions never share a
+    // cache line (and atomics targets stay 8-byte aligned).
+    std::size_t reserved = (size + 63) & ~std::size_t{63};
+
+    std::lock_guard lock(mutex_);
+    for (std::size_t index = 0;; ++index) {
+        if (index == chunks_.size()) {
+            std::size_t bytes = std::max(chunk_size_, (reserved + 4095) & ~std::size_t{4095});
+            chunk c;
+            c.memory = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
+            if (c.memory == nullptr)
+                detail::throw_verbs_error(ENOMEM, "memory_pool::allocate(size=" + std::to_string(size) +
+                                                      "): aligned_alloc(" + std::to_string(bytes) + ")");
+            c.size = bytes;
+            try {
+                c.registration = memory_region::register_memory(pd_, c.memory, bytes, rights_);
+            } catch (...) {
+                std::free(c.memory);
+                throw;
+            }
+            c.free.emplace(0, bytes);
+            chunks_.push_back(std::move(c));
+        }
+        chunk& c = chunks_[index];
+        for (auto it = c.free.begin(); it != c.free.end(); ++it) {
+            auto [offset, length] = *it;
+            std::size_t aligned = (offset + alignment - 1) & ~(alignment - 1);
+            if (aligned + reserved > offset + length)
+                continue;
+            c.free.erase(it);
+            if (aligned > offset)
+                c.free.emplace(offset, aligned - offset);
+            if (aligned + reserved < offset + length)
+                c.free.emplace(aligned + reserved, offset + length - aligned - reserved);
+            auto block = std::make_shared<detail::mr_block>();
+            block->data = c.memory + aligned;
+            block->size = size;
+            block->lkey = c.registration.lkey();
+            block->rkey = c.registration.rkey();
+            block->rights = rights_;
+            block->pool = shared_from_this();
+            block->chunk = index;
+            block->offset = aligned;
+            block->reserved = reserved;
+            bytes_in_use_ += reserved;
+            return local_mr(std::move(block));
+        }
+    }
+}
+
+void memory_pool::release(std::size_t chunk_index, std::size_t offset, std::size_t size) noexcept {
+    std::lock_guard lock(mutex_);
+    auto& free = chunks_[chunk_index].free;
+    auto [it, inserted] = free.emplace(offset, size);
+    // Coalesce with the neighbours so large requests keep fitting.
+    if (auto next = std::next(it); next != free.end() && it->first + it->second == next->first) {
+        it->second += next->second;
+        free.erase(next);
+    }
+    if (it != free.begin()) {
+        auto prev = std::prev(it);
+        if (prev->first + prev->second == it->first) {
+            prev->second += it->second;
+            free.erase(it);
+        }
+    }
+    bytes_in_use_ -= size;
+}
+
+std::size_t memory_pool::bytes_in_use() const {
+    std::lock_guard lock(mutex_);
+    return bytes_in_use_;
+}
+
+std::size_t memory_pool::chunk_count() const {
+    std::lock_guard lock(mutex_);
+    return chunks_.size();
+}
+
+}  // namespace cordma

@@ -1,0 +1,37 @@
+#include <cordma/remote_mr.hpp>
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "engine/slice_check.hpp"
+
+namespace cordma {
+
+std::string to_string(const remote_mr& region) {
+    char text[96];
+    std::snprintf(text, sizeof text, "remote_mr{address=0x%llx, length=%llu, rkey=0x%x}",
+                  static_cast<unsigned long long>(region.address), static_cast<unsigned long long>(region.length),
+                  region.rkey);
+    return text;
+}
+
+remote_mr remote_mr::slice(std::uint64_t offset, std::uint64_t slice_length) const {
+    detail::check_slice(length, offset, slice_length, [this] { return to_string(*this); });
+    return {address + offset, slice_length, rkey};
+}
+
+remote_mr remote_mr::slice(std::uint64_t offset) const {
+    detail::check_slice(length, offset, 0, [this] { return to_string(*this); });
+    return {address + offset, length - offset, rkey};
+}
+
+}  // namespace cordma
+
+namespace cordma::detail {
+
+void throw_slice_out_of_range(const std::string& region, std::uint64_t offset, std::uint64_t length) {
+    throw std::out_of_range(region + ".slice(offset=" + std::to_string(offset) + ", length=" +
+                            std::to_string(length) + "): out of range; nothing was posted");
+}
+
+}  // namespace cordma::detail
