@@ -57,8 +57,11 @@ std::string size_text(std::size_t bytes) { return std::to_string(bytes) + " byte
 
 }  // namespace
 
-agent::agent(std::shared_ptr<memory_pool> pool, agent_limits limits, std::string peer)
-    : pool_(std::move(pool)), limits_(limits), peer_(std::move(peer)) {}
+agent::agent(std::shared_ptr<event_listener> listener, std::shared_ptr<memory_pool> pool, agent_limits limits,
+             std::string peer)
+    : pool_(std::move(pool)), limits_(limits), peer_(std::move(peer)),
+      incoming_remote_(waiter_queue<remote_region>::make(listener)),
+      incoming_local_(waiter_queue<local_mr>::make(listener)) {}
 
 agent::~agent() = default;
 
@@ -144,14 +147,7 @@ void agent::handle(const proto::message& m) {
             } else if constexpr (std::is_same_v<T, proto::grant_mr> || std::is_same_v<T, proto::deny_mr>) {
                 if constexpr (std::is_same_v<T, proto::grant_mr>) {
                     if (msg.request_id == 0) {
-                        remote_region region = to_region(msg);
-                        if (!remote_waiters_.empty()) {
-                            auto w = remote_waiters_.front();
-                            remote_waiters_.pop_front();
-                            w->set(std::move(region));
-                        } else {
-                            incoming_remote_.push_back(std::move(region));
-                        }
+                        incoming_remote_->push(to_region(msg));
                         return;
                     }
                 }
@@ -169,13 +165,7 @@ void agent::handle(const proto::message& m) {
                                                 ", which this side never granted");
                 local_mr back(it->second.memory.block());
                 drop_grant(msg.region_id, false);
-                if (!local_waiters_.empty()) {
-                    auto w = local_waiters_.front();
-                    local_waiters_.pop_front();
-                    w->set(std::move(back));
-                } else {
-                    incoming_local_.push_back(std::move(back));
-                }
+                incoming_local_->push(std::move(back));
             } else if constexpr (std::is_same_v<T, proto::release_mr>) {
                 // Unknown ids are fine: the lease may have run out first.
                 drop_grant(msg.region_id, false);
@@ -290,8 +280,8 @@ void agent::shut_down(const std::string& why) noexcept {
         }
     };
     fail_all(ready_waiters_);
-    fail_all(remote_waiters_);
-    fail_all(local_waiters_);
+    incoming_remote_->close_keeping_values();
+    incoming_local_->close_keeping_values();
     auto requests = std::move(requests_);
     for (auto& [id, w] : requests)
         w->fail(gone(peer_, why));
@@ -351,16 +341,10 @@ task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds le
 
 task<remote_region> agent::receive_remote_mr() {
     auto self = shared_from_this();
-    if (!incoming_remote_.empty()) {
-        remote_region r = std::move(incoming_remote_.front());
-        incoming_remote_.pop_front();
-        co_return r;
-    }
-    if (dead_)
+    std::optional<remote_region> r = co_await incoming_remote_->pop({}, "receive_remote_mr", peer_);
+    if (!r)
         std::rethrow_exception(gone(peer_, death_));
-    auto w = std::make_shared<handoff<remote_region>>();
-    remote_waiters_.push_back(w);
-    co_return co_await w->wait();
+    co_return std::move(*r);
 }
 
 task<void> agent::send_remote_mr(remote_region region) {
@@ -373,16 +357,10 @@ task<void> agent::send_remote_mr(remote_region region) {
 
 task<local_mr> agent::receive_local_mr() {
     auto self = shared_from_this();
-    if (!incoming_local_.empty()) {
-        local_mr r = std::move(incoming_local_.front());
-        incoming_local_.pop_front();
-        co_return r;
-    }
-    if (dead_)
+    std::optional<local_mr> r = co_await incoming_local_->pop({}, "receive_local_mr", peer_);
+    if (!r)
         std::rethrow_exception(gone(peer_, death_));
-    auto w = std::make_shared<handoff<local_mr>>();
-    local_waiters_.push_back(w);
-    co_return co_await w->wait();
+    co_return std::move(*r);
 }
 
 task<std::size_t> agent::revoke(local_slice region) {

@@ -21,6 +21,7 @@
 #include <cordma/remote_region.hpp>
 #include <cordma/task.hpp>
 #include "agent/agent_protocol.hpp"
+#include "engine/waiter_queue.hpp"
 
 namespace cordma::detail {
 
@@ -60,7 +61,8 @@ struct handoff {
 
 class agent : public std::enable_shared_from_this<agent> {
 public:
-    agent(std::shared_ptr<memory_pool> pool, agent_limits limits, std::string peer);
+    agent(std::shared_ptr<event_listener> listener, std::shared_ptr<memory_pool> pool, agent_limits limits,
+          std::string peer);
     ~agent();
 
     /// The control connection is up: start serving. Listener thread.
@@ -123,10 +125,10 @@ private:
     std::map<std::uint64_t, grant> grants_;
     std::size_t granted_bytes_ = 0;
 
-    std::deque<remote_region> incoming_remote_;
-    std::deque<std::shared_ptr<handoff<remote_region>>> remote_waiters_;
-    std::deque<local_mr> incoming_local_;
-    std::deque<std::shared_ptr<handoff<local_mr>>> local_waiters_;
+    // Regions the peer granted (send_local_mr) and handed back
+    // (send_remote_mr), waiting for receive_remote_mr / receive_local_mr.
+    std::shared_ptr<waiter_queue<remote_region>> incoming_remote_;
+    std::shared_ptr<waiter_queue<local_mr>> incoming_local_;
 };
 
 }  // namespace cordma::detail

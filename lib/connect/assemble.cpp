@@ -11,7 +11,7 @@ connection assemble(connection_parts parts) {
     if (parts.watcher)
         state->set_transport(std::move(parts.watcher));
     if (parts.agent_pool)
-        state->agent = std::make_shared<agent>(std::move(parts.agent_pool), parts.limits, parts.peer);
+        state->agent = std::make_shared<agent>(parts.listener, std::move(parts.agent_pool), parts.limits, parts.peer);
     state->reopen = std::move(parts.reopen);
     return connection_access::make(std::move(state));
 }

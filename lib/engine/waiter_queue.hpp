@@ -79,6 +79,15 @@ public:
         return std::exchange(values_, {});
     }
 
+    /// Like close(), but the values already there stay for later pops
+    /// (regions that arrived before the connection went are still the
+    /// receiver's); only then do pops return nothing.
+    void close_keeping_values() {
+        auto kept = std::exchange(values_, {});
+        close();
+        values_ = std::move(kept);
+    }
+
     bool closed() const noexcept { return closed_; }
 
     /// Removes the values `pred` picks (e.g. a client that went away).
