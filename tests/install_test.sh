@@ -53,7 +53,39 @@ for h in "$src"/include/cordma/*.hpp "$src"/include/cordma/*/*.hpp; do
   [ -f "$incdir/$rel" ] || fail "header cordma/$rel was not installed (expected $incdir/$rel)"
 done
 [ ! -e "$incdir/meson.build" ] || fail "include/cordma/meson.build was installed with the headers"
-step "installed: ${pc#"$dest"}, ${lib#"$dest"}, ${incdir#"$dest"}/"
+# Only the public API is installed: nothing from lib/ (private headers live
+# there), and nothing under include/cordma that is not in the source tree.
+while IFS= read -r h; do
+  rel=${h#"$incdir"/}
+  [ -f "$src/include/cordma/$rel" ] || fail "cordma/$rel was installed, but is not a public header in include/cordma"
+done < <(find "$incdir" -type f)
+while IFS= read -r h; do
+  name=$(basename "$h")
+  [ ! -e "$incdir/$name" ] && [ ! -e "$incdir/detail/$name" ] ||
+    fail "the private header lib/${h#"$src"/lib/} was installed as cordma/$name"
+done < <(find "$src/lib" -name '*.hpp')
+step "installed: ${pc#"$dest"}, ${lib#"$dest"}, ${incdir#"$dest"}/ ($(find "$incdir" -type f | wc -l) public headers)"
+
+# 2b. Every installed header compiles on its own (includes what it uses),
+# against the installed tree alone.
+while IFS= read -r h; do
+  rel=${h#"$incdir"/}
+  printf '#include <cordma/%s>\n#include <cordma/%s>\nint main() {}\n' "$rel" "$rel" > "$tmp/self.cpp"
+  if ! g++ -std=c++20 -fsyntax-only -I "$(dirname "$incdir")" "$tmp/self.cpp" >"$tmp/self.log" 2>&1; then
+    cat "$tmp/self.log" >&2
+    fail "the installed header <cordma/$rel> does not compile on its own (output above)"
+  fi
+done < <(find "$incdir" -name '*.hpp' | sort)
+step "every installed header compiles on its own"
+
+# 2c. The library exports cordma's public API only: no Asio, and of
+# cordma::detail only what the public templates call.
+exports=$(nm -DC --defined-only "$lib")
+asio=$(grep -c 'asio::' <<<"$exports" || true)
+[ "$asio" -eq 0 ] || { grep 'asio::' <<<"$exports" | head -5 >&2; fail "libcordma.so exports $asio Asio symbols (first above)"; }
+detail=$(grep -c 'cordma::detail::' <<<"$exports" || true)
+[ "$detail" -le 16 ] || { grep 'cordma::detail::' <<<"$exports" >&2; fail "libcordma.so exports $detail cordma::detail symbols (above); only what public templates need may be"; }
+step "exports: $(wc -l <<<"$exports") symbols, 0 from Asio, $detail from cordma::detail"
 
 # 3. pkg-config reads the installed cordma.pc.  Its paths all hang off
 # ${prefix}, which is where a real install would put them; only that one line
