@@ -417,7 +417,7 @@ constexpr std::uint32_t ping_imm = 0x70696e67;  // "ping"
 /// peer's `remote`. A plain function returning the operation itself: a task
 /// per operation would cost a coroutine frame (an allocation) each.
 template <op_type Op>
-auto start_op(connection& from, const local_slice& local, const remote_mr& remote) {
+auto start_op(connection& from, const local_slice& local, const remote_slice& remote) {
     if constexpr (Op == op_type::write)
         return from.write(local, remote);
     else if constexpr (Op == op_type::read)
@@ -435,7 +435,7 @@ auto start_op(connection& from, const local_slice& local, const remote_mr& remot
 template <op_type Op>
 task<void> one_sided_worker(qp_pair& pair, std::size_t size, std::vector<std::uint64_t>* samples) {
     local_slice local = pair.client_buffer.slice(0, size);
-    remote_mr remote = pair.server_buffer.remote().slice(0, size);
+    remote_slice remote = pair.server_buffer.remote().slice(0, size);
     while (pair.ops.claim()) {
         std::uint64_t start = ticks();
         (void)co_await start_op<Op>(pair.client, local, remote);
@@ -452,7 +452,7 @@ task<void> receiver(connection& conn, local_slice into, op_counter& counter, arr
         if constexpr (Op == op_type::send)
             (void)co_await conn.recv(into);
         else
-            (void)co_await conn.receive_write_imm();
+            (void)co_await conn.recv_imm();
         arrivals.notify();
     }
 }
@@ -461,7 +461,7 @@ task<void> receiver(connection& conn, local_slice into, op_counter& counter, arr
 template <op_type Op>
 task<void> pinger(qp_pair& pair, std::size_t size, std::uint64_t count, std::vector<std::uint64_t>* samples) {
     local_slice local = pair.client_buffer.slice(0, size);
-    remote_mr remote = pair.server_buffer.remote().slice(0, size);
+    remote_slice remote = pair.server_buffer.remote().slice(0, size);
     for (std::uint64_t i = 0; i < count; ++i) {
         std::uint64_t start = ticks();
         co_await start_op<Op>(pair.client, local, remote);
@@ -475,7 +475,7 @@ task<void> pinger(qp_pair& pair, std::size_t size, std::uint64_t count, std::vec
 template <op_type Op>
 task<void> ponger(qp_pair& pair, std::size_t size, std::uint64_t count) {
     local_slice local = pair.server_buffer.slice(0, size);
-    remote_mr remote = pair.client_buffer.remote().slice(0, size);
+    remote_slice remote = pair.client_buffer.remote().slice(0, size);
     for (std::uint64_t i = 0; i < count; ++i) {
         co_await pair.server_arrivals.wait();
         co_await start_op<Op>(pair.server, local, remote);

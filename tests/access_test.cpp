@@ -4,7 +4,7 @@
 
 using namespace cordma;
 
-TEST_CASE("access_flags rights combine and print like the verbs flags they stand for", "[access]") {
+TEST_CASE("access_flags access combine and print like the verbs flags they stand for", "[access]") {
     CHECK(to_verbs(access_flags::local_write | access_flags::remote_read) == (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ));
     CHECK(to_string(access_flags::none) == "none");
     CHECK(to_string(access_flags::local_write | access_flags::remote_write) == "local_write|remote_write");

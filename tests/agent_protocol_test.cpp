@@ -248,7 +248,7 @@ TEST_CASE("a field out of its range is refused by decode and by encode alike", "
             CHECK_NOTHROW(decode(wire(request_mr{1, 64, a, 0, 2})));
     }
     SECTION("request_mr.access is nonzero, remote bits only") {
-        check_rejected(request_mr{1, 64, 8, 0, 0}, "request_mr.access is 0 (no rights)");
+        check_rejected(request_mr{1, 64, 8, 0, 0}, "request_mr.access is 0 (no access)");
         check_rejected(request_mr{1, 64, 8, 0, 1 | 2},
                        "request_mr.access 0x3 has bits other than remote_write|remote_read|remote_atomic (0xe)");
         check_rejected(request_mr{1, 64, 8, 0, 0x10},
@@ -271,7 +271,7 @@ TEST_CASE("a field out of its range is refused by decode and by encode alike", "
         check_rejected(grant_mr{1, 1, 0x1000, 64, 1, 0, 2}, "grant_mr.lease_ms is 0");
     }
     SECTION("grant_mr.access is nonzero, remote bits only") {
-        check_rejected(grant_mr{1, 1, 0x1000, 64, 1, 100, 0}, "grant_mr.access is 0 (no rights)");
+        check_rejected(grant_mr{1, 1, 0x1000, 64, 1, 100, 0}, "grant_mr.access is 0 (no access)");
         check_rejected(grant_mr{1, 1, 0x1000, 64, 1, 100, 0x80000004},
                        "grant_mr.access 0x80000004 has bits other than remote_write|remote_read|remote_atomic (0xe)");
     }

@@ -35,7 +35,7 @@ struct agent_fixture {
         server = b;
     }
 
-    // Reads agent state on the listener thread, where it lives.
+    // Reads agent state on the event listener thread, where it lives.
     template <class F>
     auto on_listener(F f) {
         return sync_wait([&]() -> task<decltype(f())> {
@@ -51,7 +51,7 @@ struct agent_fixture {
     // Both agents up (their receive buffers come from the pool too) and no
     // message buffer in flight: the pool's usage from here is the baseline.
     std::size_t settle() {
-        { remote_region warm_up = sync_wait(client.request_remote_mr(64)); }
+        { remote_mr warm_up = sync_wait(client.request_remote_mr(64)); }
         REQUIRE(eventually([&] { return server_grants() == 0; }));
         std::size_t before = pool->bytes_in_use();
         std::this_thread::sleep_for(50ms);
@@ -82,7 +82,7 @@ TEST_CASE("request a region, write into it, hand it back: the owner reads what w
     local_mr message = f.pool->allocate(64);
     std::memcpy(message.data(), "written by the client", 22);
     local_mr got = sync_wait([&]() -> task<local_mr> {
-        remote_region region = co_await f.client.request_remote_mr(4096);
+        remote_mr region = co_await f.client.request_remote_mr(4096);
         CHECK(region.size() == 4096);
         CHECK(region.deadline() > std::chrono::steady_clock::now());
         co_await f.client.write(message.slice(0, 22), region.slice(100, 22));
@@ -112,7 +112,7 @@ TEST_CASE("a lease that runs out cuts the peer off and gives the owner its memor
     agent_fixture f;
     local_mr data = f.pool->allocate(64);
     std::size_t baseline = f.settle();
-    remote_region region = sync_wait(f.client.request_remote_mr(8192, 64, 500ms));
+    remote_mr region = sync_wait(f.client.request_remote_mr(8192, 64, 500ms));
     CHECK(f.eventually([&] { return f.pool->bytes_in_use() == baseline + 8192; }));
     sync_wait(f.client.write(data.all(), region.slice(0, 64)));  // within the lease: fine
     CHECK(f.eventually([&] { return f.server_grants() == 0; }));
@@ -129,7 +129,7 @@ TEST_CASE("dropping a remote region tells the owner, which frees it", "[agent]")
     agent_fixture f;
     std::size_t baseline = f.settle();
     {
-        remote_region region = sync_wait(f.client.request_remote_mr(1 << 20));
+        remote_mr region = sync_wait(f.client.request_remote_mr(1 << 20));
         CHECK(f.server_grants() == 1);
         CHECK(f.pool->bytes_in_use() >= baseline + (1 << 20));
     }
@@ -148,8 +148,8 @@ TEST_CASE("requests over the owner's limits are refused with the limit named; th
                           Catch::Contains("max_region_size"));
     CHECK_THROWS_WITH(sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_write)),
                       Catch::Contains("allowed_access"));
-    remote_region one = sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read));
-    remote_region two = sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read));
+    remote_mr one = sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read));
+    remote_mr two = sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read));
     CHECK_THROWS_WITH(sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read)),
                       Catch::Contains("max_regions"));
     // Still connected: user traffic and agent traffic both work.
@@ -179,7 +179,7 @@ TEST_CASE("agent traffic never mixes with 1,000 user messages on the same connec
     auto agent_work = [&]() -> task<int> {
         int regions = 0;
         for (int i = 0; i < 50; ++i) {
-            remote_region r = co_await f.client.request_remote_mr(256);
+            remote_mr r = co_await f.client.request_remote_mr(256);
             regions += r.size() == 256;
         }
         co_return regions;
@@ -213,7 +213,7 @@ TEST_CASE("connections from the builder carry the agent over rdma_cm", "[agent][
     local_mr message = pool->allocate(32);
     std::memcpy(message.data(), "over rdma_cm", 13);
     local_mr got = sync_wait([&]() -> task<local_mr> {
-        remote_region region = co_await client.request_remote_mr(1024);
+        remote_mr region = co_await client.request_remote_mr(1024);
         co_await client.write(message.slice(0, 13), region.slice(0, 13));
         co_await client.send_remote_mr(std::move(region));
         co_return co_await server.receive_local_mr();
@@ -241,7 +241,7 @@ TEST_CASE("connections over the TCP endpoint exchange carry the agent too", "[ag
     local_mr message = pool->allocate(32);
     std::memcpy(message.data(), "over tcp", 9);
     local_mr got = sync_wait([&]() -> task<local_mr> {
-        remote_region region = co_await client.request_remote_mr(512);
+        remote_mr region = co_await client.request_remote_mr(512);
         co_await client.write(message.slice(0, 9), region.slice(0, 9));
         co_await client.send_remote_mr(std::move(region));
         co_return co_await server.receive_local_mr();

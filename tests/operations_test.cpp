@@ -101,7 +101,7 @@ TEST_CASE("every operation moves real bytes", "[operations]") {
         local_mr back = f.pool->allocate(8192);
         auto imm = sync_wait([&]() -> task<recv_result> {
             co_await f.client.write(source.slice(0, 4096), target.remote().slice(0, 4096));
-            auto [r, w] = co_await when_all(f.server.receive_write_imm(),
+            auto [r, w] = co_await when_all(f.server.recv_imm(),
                                             f.client.write_with_imm(source.slice(4096), target.remote().slice(4096), 42));
             (void)w;
             co_await f.client.read(back.all(), target.remote());
@@ -153,7 +153,7 @@ TEST_CASE("bad arguments are refused before anything is posted", "[operations]")
     fixture f;
     local_mr mr = f.pool->allocate(64);
     CHECK_THROWS_WITH(mr.slice(60, 8), Catch::Contains("offset=60, length=8") && Catch::Contains("out of range"));
-    CHECK_THROWS_WITH(mr.remote().slice(65), Catch::Contains("remote_mr{") && Catch::Contains("offset=65"));
+    CHECK_THROWS_WITH(mr.remote().slice(65), Catch::Contains("remote_slice{") && Catch::Contains("offset=65"));
     CHECK_THROWS_AS((void)f.client.fetch_add(mr.remote().slice(4), 1), std::invalid_argument);
     CHECK_THROWS_WITH((void)f.client.write(mr.slice(0, 10), mr.remote()),
                       Catch::Contains("local length 10 differs"));
@@ -175,7 +175,7 @@ TEST_CASE("1,000 concurrent coroutines share a send queue of 64", "[operations]"
     local_mr target = f.pool->allocate(count * 8);
     std::vector<task<void>> writers;
     for (std::size_t i = 0; i < count; ++i)
-        writers.push_back([](connection c, local_slice from, remote_mr to) -> task<void> {
+        writers.push_back([](connection c, local_slice from, remote_slice to) -> task<void> {
             co_await c.write(from, to);
         }(f.client, source.slice(i * 8, 8), target.remote().slice(i * 8, 8)));
     sync_wait(when_all(std::move(writers)));
@@ -210,7 +210,7 @@ TEST_CASE("a write to a bad rkey fails with a remote access error and flushes th
     fixture f;
     local_mr source = f.filled(64, 7);
     local_mr target = f.pool->allocate(64);
-    remote_mr bad = target.remote();
+    remote_slice bad = target.remote();
     bad.rkey ^= 0x5a5a;
     auto attempt = [](operation<void> op) -> task<std::string> {
         try {
@@ -221,7 +221,7 @@ TEST_CASE("a write to a bad rkey fails with a remote access error and flushes th
         }
     };
     auto results = sync_wait([&]() -> task<std::vector<std::string>> {
-        // Post all nine back to back from the listener thread, so they are
+        // Post all nine back to back from the event listener thread, so they are
         // on the wire together when the first one fails.
         co_await f.listener->schedule();
         std::vector<task<std::string>> tasks;
@@ -275,7 +275,7 @@ TEST_CASE("steady-state operations allocate nothing", "[operations][allocation]"
     local_mr target = f.pool->allocate(64);
     local_mr in = f.pool->allocate(64);
     auto allocations = sync_wait([&]() -> task<std::uint64_t> {
-        // The first await hops onto the listener thread; from then on we run there.
+        // The first await hops onto the event listener thread; from then on we run there.
         co_await f.client.write(source.all(), target.remote());
         REQUIRE(f.listener->running_in_this_thread());
         testing::allocation_counter counter;

@@ -70,7 +70,7 @@ gid_indices find_gids(const device_context& device) {
     return out;
 }
 
-task<std::uint64_t> fill_then_read(connection conn, std::shared_ptr<memory_pool> pool, remote_mr target) {
+task<std::uint64_t> fill_then_read(connection conn, std::shared_ptr<memory_pool> pool, remote_slice target) {
     local_mr buffer = pool->allocate(64);
     co_await conn.read(buffer.slice(0, 8), target.slice(0, 8));
     std::uint64_t value = 0;
@@ -109,7 +109,7 @@ TEST_CASE("every QP setting applies on the side that set it, on both transports"
     auto [server, client] = sync_wait(when_all(l.accept(), client_side.connect(l.address())));
     queried s = query(server);
     queried c = query(client);
-    gid_indices gids = find_gids(*client_side.event_loop()->device());
+    gid_indices gids = find_gids(*client_side.event_listener()->device());
 
     CHECK(static_cast<int>(c.attr.timeout) == 16);
     CHECK(static_cast<int>(s.attr.timeout) == 12);
@@ -132,8 +132,8 @@ TEST_CASE("every QP setting applies on the side that set it, on both transports"
     CHECK(c.init.cap.max_send_sge >= 2);
     CHECK(c.init.cap.max_inline_data >= 32);
     CHECK(client.qp()->send_cq()->entries() >= 2048);
-    CHECK(client_side.event_loop()->options().mode == polling_mode::busy);
-    CHECK(server_side.event_loop()->options().mode == polling_mode::event);
+    CHECK(client_side.event_listener()->options().mode == polling_mode::busy);
+    CHECK(server_side.event_listener()->options().mode == polling_mode::event);
     // What the queue pair was sized for is what connection checks against.
     auto pool = client_side.pool();
     local_mr m = pool->allocate(64);
@@ -153,8 +153,8 @@ TEST_CASE("remote_access limits what the peer may do through the connection, on 
     auto [server, client] = sync_wait(when_all(l.accept(), client_side.connect(l.address())));
     // The agent grants read and write on the region; the connection allows
     // only reads.
-    remote_region region = sync_wait(client.request_remote_mr(64, 64, 10s, access_flags::remote_read | access_flags::remote_write));
-    CHECK(sync_wait(fill_then_read(client, client_side.pool(), region.mr())) == 0);
+    remote_mr region = sync_wait(client.request_remote_mr(64, 64, 10s, access_flags::remote_read | access_flags::remote_write));
+    CHECK(sync_wait(fill_then_read(client, client_side.pool(), region.all())) == 0);
     local_mr data = client_side.pool()->allocate(8);
     std::memset(data.data(), 0x5a, 8);
     CHECK_THROWS_MATCHES(sync_wait(client.write(data.all(), region.slice(0, 8))), work_completion_error,
@@ -192,7 +192,7 @@ TEST_CASE("gid_index is validated and honoured on both transports", "[settings]"
     builder good;
     good.exchange(how);
     listener l = good.listen(any_port());
-    gid_indices gids = find_gids(*good.event_loop()->device());
+    gid_indices gids = find_gids(*good.event_listener()->device());
     REQUIRE(gids.ipv4 >= 0);
 
     SECTION("an index past the table is refused at connect and at listen, listing the usable ones") {
@@ -285,7 +285,7 @@ TEST_CASE("a connect that stays refused fails when connect_timeout runs out, nam
     INFO("transport: " << name(how));
     builder b;
     b.exchange(how).connect_timeout(700ms);
-    (void)b.event_loop();
+    (void)b.event_listener();
     auto start = std::chrono::steady_clock::now();
     CHECK_THROWS_MATCHES(sync_wait(b.connect(test::test_address() + ":19999")), std::system_error,
                          Catch::Predicate<std::system_error>([](const std::system_error& e) {

@@ -60,14 +60,14 @@ TEST_CASE("dropping everything with leases and timers pending frees it all", "[t
         auto [server, client] = sync_wait(when_all(l.accept(), client_side.connect(l.address())));
         // Lease timers on both agents: a region the client borrowed, and one
         // the server granted, each for a minute.
-        remote_region borrowed = sync_wait(client.request_remote_mr(4096, 64, 60s));
+        remote_mr borrowed = sync_wait(client.request_remote_mr(4096, 64, 60s));
         local_mr lent = server_side.pool()->allocate(4096);
         sync_wait(server.send_local_mr(lent.all(), 60s));
-        remote_region granted = sync_wait(client.receive_remote_mr());
+        remote_mr granted = sync_wait(client.receive_remote_mr());
         CHECK(granted.size() == 4096);
         CHECK(borrowed.size() == 4096);
-        server_seen = {server_side.event_loop(), server_side.pool()};
-        client_seen = {client_side.event_loop(), client_side.pool()};
+        server_seen = {server_side.event_listener(), server_side.pool()};
+        client_seen = {client_side.event_listener(), client_side.pool()};
         // Dropped in whatever order the scope ends: no close(), leases live.
     }
     CHECK(all_expire(server_seen.listener, server_seen.pool));
@@ -83,7 +83,7 @@ TEST_CASE("a listener dropped with an accept cancelled and a client's deadline p
         std::stop_source stop;
         stop.request_stop();
         CHECK_THROWS_AS(sync_wait(l.accept(stop.get_token())), operation_cancelled);
-        seen = b.event_loop();
+        seen = b.event_listener();
     }
     CHECK(all_expire(seen));
 }

@@ -65,9 +65,9 @@ task<void> client(builder& b, std::string address) {
     std::printf("client: connected to %s\n", conn.peer().c_str());
 
     // 1. Ask for memory, write into it, hand it back.
-    remote_region region = co_await conn.request_remote_mr(4096);
+    remote_mr region = co_await conn.request_remote_mr(4096);
     std::printf("client: the server granted %llu bytes (rkey 0x%x)\n",
-                static_cast<unsigned long long>(region.size()), region.mr().rkey);
+                static_cast<unsigned long long>(region.size()), region.all().rkey);
     local_mr message = b.pool()->allocate(64);
     std::memcpy(message.data(), client_text, sizeof client_text);
     co_await conn.write(message.slice(0, sizeof client_text), region.slice(256, sizeof client_text));
@@ -75,9 +75,9 @@ task<void> client(builder& b, std::string address) {
     std::printf("client: wrote %zu bytes at offset 256 and handed the region back\n", sizeof client_text);
 
     // 2. Read a region the server grants us.
-    remote_region theirs = co_await conn.receive_remote_mr();
+    remote_mr theirs = co_await conn.receive_remote_mr();
     local_mr into = b.pool()->allocate(theirs.size());
-    co_await conn.read(into.all(), theirs.mr());
+    co_await conn.read(into.all(), theirs.all());
     std::printf("client: read the server's region: \"%s\"\n", reinterpret_cast<const char*>(into.data()));
     expect(reinterpret_cast<const char*>(into.data()), server_text, "client");
     co_await conn.close();

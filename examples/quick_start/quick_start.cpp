@@ -20,7 +20,7 @@ using namespace cordma;
 
 task<std::uint64_t> client(builder& b, std::string address) {
     connection conn = co_await b.connect(address);                 // rdma_cm handshake
-    remote_region peer = co_await conn.request_remote_mr(          // 4 KiB of the server's memory
+    remote_mr peer = co_await conn.request_remote_mr(          // 4 KiB of the server's memory
         4096, 64, std::chrono::seconds(30), access_flags::remote_read | access_flags::remote_write | access_flags::remote_atomic);
     local_mr buffer = b.pool()->allocate(4096);                    // registered once, from a pool
     std::memcpy(buffer.data(), "hello", 6);

@@ -1,5 +1,5 @@
 #pragma once
-/// Access rights of a memory region or queue pair, as a type-safe bit set
+/// Access access of a memory region or queue pair, as a type-safe bit set
 /// over IBV_ACCESS_*.
 
 #include <cordma/export.hpp>

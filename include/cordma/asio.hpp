@@ -5,7 +5,7 @@
 ///
 ///     asio::awaitable<void> session(cordma::connection conn, ...) {
 ///         co_await cordma::async_run(conn_write(conn, ...), asio::use_awaitable);
-///         // resumed on this coroutine's executor, not the listener thread
+///         // resumed on this coroutine's executor, not the event listener thread
 ///     }
 ///
 /// Needs Asio (standalone, <asio.hpp>); this header is the only one of

@@ -97,7 +97,7 @@ public:
     builder& retry_count(std::uint8_t count);
     builder& rnr_retry(std::uint8_t count);
     builder& min_rnr_timer(std::uint8_t code);
-    builder& remote_access(access_flags rights);
+    builder& remote_access(access_flags access);
     builder& polling(polling_mode mode);
     builder& connect_timeout(std::chrono::milliseconds limit);
     builder& exchange(endpoint_exchange how);
@@ -122,7 +122,7 @@ public:
     listener listen(std::string_view address);
 
     /// The shared pieces, created on first use.
-    std::shared_ptr<event_listener> event_loop();
+    std::shared_ptr<cordma::event_listener> event_listener();
     std::shared_ptr<memory_pool> pool();
     std::shared_ptr<protection_domain> pd();
 

@@ -18,7 +18,7 @@
 ///   disconnected_error. A std::stop_token, when given, cancels the wait:
 ///   the operation throws operation_cancelled, and its buffers stay alive
 ///   until the hardware is done with them.
-/// - Allocation: none per operation on the listener thread. Awaiting from
+/// - Allocation: none per operation on the event listener thread. Awaiting from
 ///   another thread hops to the listener once (one small allocation).
 
 #include <chrono>
@@ -38,8 +38,8 @@
 #include <cordma/event_listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/queue_pair.hpp>
+#include <cordma/remote_slice.hpp>
 #include <cordma/remote_mr.hpp>
-#include <cordma/remote_region.hpp>
 #include <cordma/task.hpp>
 #include <cordma/detail/operation.hpp>
 
@@ -64,7 +64,7 @@ CORDMA_API void abandon_operation(operation_base* op) noexcept;
 CORDMA_API void cancel_before_start(operation_base* op) noexcept;
 
 /// Runs on whichever thread requests the stop; hands the cancellation to the
-/// listener thread, where the operation's state lives.
+/// event listener thread, where the operation's state lives.
 struct CORDMA_API canceller {
     operation_base* op;
     std::uint64_t ticket;
@@ -120,7 +120,7 @@ private:
     friend class connection;
     struct arguments {
         std::span<const local_slice> sg_list;
-        remote_mr remote{};
+        remote_slice remote{};
         std::uint32_t imm = 0;
         std::uint64_t compare_add = 0;
         std::uint64_t swap = 0;
@@ -153,8 +153,8 @@ public:
     /// An empty handle: every call but operator bool throws std::logic_error.
     connection() = default;
     /// Wraps a queue pair that is already connected (state RTS) and whose
-    /// CQs were made by `listener`. `peer` names the other side in errors.
-    static connection adopt(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<queue_pair> qp,
+    /// CQs were made by `event_listener`. `peer` names the other side in errors.
+    static connection adopt(std::shared_ptr<cordma::event_listener> event_listener, std::shared_ptr<queue_pair> qp,
                             std::string peer);
 
     explicit operator bool() const noexcept { return state_ != nullptr; }
@@ -175,25 +175,25 @@ public:
     operation<recv_result> recv(std::span<const local_slice> sg_list, std::stop_token token = {});
     /// Waits for the peer's write_with_imm (or a zero-length send_with_imm):
     /// consumes a receive without a buffer, yields the immediate.
-    operation<recv_result> receive_write_imm(std::stop_token token = {});
+    operation<recv_result> recv_imm(std::stop_token token = {});
 
     /// RDMA WRITE `local` to `remote` (the sizes must match).
-    operation<void> write(local_slice local, remote_mr remote, std::stop_token token = {});
+    operation<void> write(local_slice local, remote_slice remote, std::stop_token token = {});
     /// RDMA WRITE gathering several local slices into one remote range.
-    operation<void> write(std::span<const local_slice> sg_list, remote_mr remote, std::stop_token token = {});
-    /// RDMA WRITE with immediate: the peer's receive_write_imm yields `imm`.
-    operation<void> write_with_imm(local_slice local, remote_mr remote, std::uint32_t imm,
+    operation<void> write(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token = {});
+    /// RDMA WRITE with immediate: the peer's recv_imm yields `imm`.
+    operation<void> write_with_imm(local_slice local, remote_slice remote, std::uint32_t imm,
                                    std::stop_token token = {});
     /// RDMA READ `remote` into `local` (the sizes must match).
-    operation<void> read(local_slice local, remote_mr remote, std::stop_token token = {});
+    operation<void> read(local_slice local, remote_slice remote, std::stop_token token = {});
     /// RDMA READ scattering one remote range into several local slices.
-    operation<void> read(std::span<const local_slice> sg_list, remote_mr remote, std::stop_token token = {});
+    operation<void> read(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token = {});
 
     /// Atomically adds `add` to the 8-byte word at `remote`; yields its old value.
-    operation<std::uint64_t> fetch_add(remote_mr remote, std::uint64_t add, std::stop_token token = {});
+    operation<std::uint64_t> fetch_add(remote_slice remote, std::uint64_t add, std::stop_token token = {});
     /// Atomically replaces the word at `remote` with `swap` if it equals
     /// `compare`; yields its old value (equal to `compare` when it swapped).
-    operation<std::uint64_t> compare_swap(remote_mr remote, std::uint64_t compare, std::uint64_t swap,
+    operation<std::uint64_t> compare_swap(remote_slice remote, std::uint64_t compare, std::uint64_t swap,
                                           std::stop_token token = {});
 
     /// Moves the QP to ERROR: every pending operation completes with an error,
@@ -202,34 +202,34 @@ public:
 
     /// Disconnects gracefully: the peer is told (its pending operations fail
     /// with a disconnected error naming this side), then this side shuts
-    /// down as above. Lazy; resumes on the listener thread; never throws for
+    /// down as above. Lazy; resumes on the event listener thread; never throws for
     /// a connection that is already broken or closed.
     task<void> close();
 
     // ---- The memory-region agent (docs/agent-protocol.md) ----------------
     // Connections from a builder or connect_loopback have an agent; those
     // from connection::adopt do not (these calls throw std::logic_error).
-    // All are lazy, resume on the listener thread, and throw
+    // All are lazy, resume on the event listener thread, and throw
     // disconnected_error once the connection is gone.
 
-    /// Asks the peer's agent for `size` bytes of its memory with `rights`,
+    /// Asks the peer's agent for `size` bytes of its memory with `access`,
     /// for `lease` (0 = the peer's default; it may shorten it). The peer
     /// allocates and registers the region; dropping the returned
-    /// remote_region tells the peer to free it. Throws std::system_error if
+    /// remote_mr tells the peer to free it. Throws std::system_error if
     /// the peer refuses (over one of its agent_limits: the message says
     /// which); the connection stays up.
-    task<remote_region> request_remote_mr(std::size_t size, std::size_t alignment = 64,
+    task<remote_mr> request_remote_mr(std::size_t size, std::size_t alignment = 64,
                                           std::chrono::milliseconds lease = {},
-                                          access_flags rights = access_flags::remote_read | access_flags::remote_write);
-    /// Grants the peer `rights` on `region` (which stays alive until the
+                                          access_flags access = access_flags::remote_read | access_flags::remote_write);
+    /// Grants the peer `access` on `region` (which stays alive until the
     /// grant ends) for `lease`; the peer gets it from receive_remote_mr.
     task<void> send_local_mr(local_slice region, std::chrono::milliseconds lease = {},
-                             access_flags rights = access_flags::remote_read | access_flags::remote_write);
+                             access_flags access = access_flags::remote_read | access_flags::remote_write);
     /// The next region the peer granted with send_local_mr.
-    task<remote_region> receive_remote_mr();
+    task<remote_mr> receive_remote_mr();
     /// Hands a region the peer owns back to it (e.g. after writing into it);
     /// the peer gets it from receive_local_mr.
-    task<void> send_remote_mr(remote_region region);
+    task<void> send_remote_mr(remote_mr region);
     /// The next of this side's regions that the peer handed back, as a local
     /// region again (the peer's access to it has ended).
     task<local_mr> receive_local_mr();
@@ -244,7 +244,7 @@ public:
     task<connection> new_connection();
 
     /// True once the connection is shut down, closed, or broken by an error
-    /// or by the peer going away. Listener thread (or for a hint elsewhere).
+    /// or by the peer going away. Event listener thread (or for a hint elsewhere).
     bool is_broken() const;
 
 private:
@@ -252,8 +252,8 @@ private:
     explicit connection(std::shared_ptr<detail::connection_state> state) : state_(std::move(state)) {}
     detail::connection_state& checked_state(const char* call) const;
     void check_sg_list(const char* call, std::span<const local_slice> sg_list, std::size_t limit) const;
-    void check_remote_size(const char* call, std::size_t local, const remote_mr& remote) const;
-    void check_atomic_target(const char* call, const remote_mr& remote) const;
+    void check_remote_size(const char* call, std::size_t local, const remote_slice& remote) const;
+    void check_atomic_target(const char* call, const remote_slice& remote) const;
     std::shared_ptr<detail::agent> agent_for(const char* call) const;
 
     std::shared_ptr<detail::connection_state> state_;

@@ -18,8 +18,8 @@
 #include <cordma/memory_region.hpp>
 #include <cordma/protection_domain.hpp>
 #include <cordma/queue_pair.hpp>
+#include <cordma/remote_slice.hpp>
 #include <cordma/remote_mr.hpp>
-#include <cordma/remote_region.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 #include <cordma/task_group.hpp>

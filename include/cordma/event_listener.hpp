@@ -47,13 +47,13 @@ struct CORDMA_API event_listener_options {
 
 class CORDMA_API event_listener : public std::enable_shared_from_this<event_listener> {
 public:
-    /// Starts the listener thread for `device`.
+    /// Starts the event listener thread for `device`.
     static std::shared_ptr<event_listener> start(std::shared_ptr<device_context> device,
                                                  event_listener_options options = {});
 
     /// The thread stops when the last shared_ptr from start() (held by the
     /// user, and by every CQ and connection made through the listener) is
-    /// dropped; it is joined unless that happens on the listener thread itself.
+    /// dropped; it is joined unless that happens on the event listener thread itself.
     ~event_listener();
     event_listener(const event_listener&) = delete;
     event_listener& operator=(const event_listener&) = delete;
@@ -63,17 +63,17 @@ public:
 
     /// A completion queue served by this listener: each completion's wr_id
     /// must point to a detail::completion_target, which is called on the
-    /// listener thread. The CQ keeps the listener alive, and is destroyed on
-    /// the listener thread (so no event for it can be in flight).
+    /// event listener thread. The CQ keeps the listener alive, and is destroyed on
+    /// the event listener thread (so no event for it can be in flight).
     std::shared_ptr<completion_queue> create_cq(int entries);
 
-    /// Runs `fn` on the listener thread, soon, never inside this call (even
-    /// when called on the listener thread). Thread-safe. Allocates: for set-up,
+    /// Runs `fn` on the event listener thread, soon, never inside this call (even
+    /// when called on the event listener thread). Thread-safe. Allocates: for set-up,
     /// cross-thread hand-offs and teardown, not for the per-operation path.
     void post(std::function<void()> fn);
 
     /// `co_await listener->schedule()` continues the coroutine on the
-    /// listener thread (always suspending, resumed from the posted queue).
+    /// event listener thread (always suspending, resumed from the posted queue).
     /// After it, operations start without a thread hop.
     auto schedule() noexcept {
         struct awaiter {
@@ -85,7 +85,7 @@ public:
         return awaiter{this};
     }
 
-    /// True when called from this listener's thread.
+    /// True when called from this event listener's thread.
     bool running_in_this_thread() const noexcept { return std::this_thread::get_id() == thread_id_; }
 
     /// Asks the listener to call `target->on_ready(target, revents)` once `fd`
@@ -95,17 +95,17 @@ public:
 
     /// The rdma_cm event channel this listener serves (created on first use):
     /// ids made on it deliver their events to the cm_target in id->context,
-    /// on the listener thread.
+    /// on the event listener thread.
     rdma_event_channel* cm_channel();
 
-    /// A pending call_after. cancel() (listener thread only) stops it from
+    /// A pending call_after. cancel() (event listener thread only) stops it from
     /// running; the timer itself expires harmlessly later.
     struct timer {
         bool cancelled = false;
         void cancel() noexcept { cancelled = true; }
     };
-    /// Runs `fn` on the listener thread after `delay`, through an io_uring
-    /// timeout: connect deadlines, leases. Listener thread only.
+    /// Runs `fn` on the event listener thread after `delay`, through an io_uring
+    /// timeout: connect deadlines, leases. Event listener thread only.
     std::shared_ptr<timer> call_after(std::chrono::nanoseconds delay, std::function<void()> fn);
 
     /// How many times the thread went to sleep in io_uring (for tests and
@@ -141,7 +141,7 @@ private:
     std::once_flag cm_once_;
     rdma_event_channel* cm_channel_ = nullptr;
 
-    // Listener thread only.
+    // Event listener thread only.
     struct timer_entry;
     std::unordered_set<timer_entry*> timers_;
     std::vector<completion_queue*> cqs_;

@@ -22,7 +22,7 @@
 #include <cordma/access.hpp>
 #include <cordma/memory_region.hpp>
 #include <cordma/protection_domain.hpp>
-#include <cordma/remote_mr.hpp>
+#include <cordma/remote_slice.hpp>
 
 namespace cordma {
 
@@ -36,7 +36,7 @@ struct CORDMA_API mr_block {
     std::size_t size = 0;
     std::uint32_t lkey = 0;
     std::uint32_t rkey = 0;
-    access_flags rights = access_flags::none;
+    access_flags access = access_flags::none;
     // Where it came from: a pool chunk, or a registration of its own.
     std::shared_ptr<memory_pool> pool;
     std::size_t chunk = 0;
@@ -71,8 +71,8 @@ public:
     local_slice slice(std::size_t offset, std::size_t length) const;
     local_slice slice(std::size_t offset) const { return slice(offset, offset <= size_ ? size_ - offset : 0); }
 
-    /// This range as the peer must name it (needs remote rights on the region).
-    remote_mr remote() const noexcept { return {reinterpret_cast<std::uint64_t>(data_), size_, block_->rkey}; }
+    /// This range as the peer must name it (needs remote access on the region).
+    remote_slice remote() const noexcept { return {reinterpret_cast<std::uint64_t>(data_), size_, block_->rkey}; }
 
 private:
     std::shared_ptr<detail::mr_block> block_;
@@ -97,7 +97,7 @@ public:
     std::span<std::byte> bytes() const noexcept { return {block_->data, block_->size}; }
     std::uint32_t lkey() const noexcept { return block_->lkey; }
     std::uint32_t rkey() const noexcept { return block_->rkey; }
-    access_flags rights() const noexcept { return block_->rights; }
+    access_flags access() const noexcept { return block_->access; }
 
     /// The whole region as a slice; operations take slices.
     local_slice all() const noexcept { return {block_, block_->data, block_->size}; }
@@ -105,8 +105,8 @@ public:
     local_slice slice(std::size_t offset, std::size_t length) const { return all().slice(offset, length); }
     local_slice slice(std::size_t offset) const { return all().slice(offset); }
 
-    /// The region as a peer must name it (needs remote rights).
-    remote_mr remote() const noexcept { return all().remote(); }
+    /// The region as a peer must name it (needs remote access).
+    remote_slice remote() const noexcept { return all().remote(); }
 
 private:
     std::shared_ptr<detail::mr_block> block_;
@@ -116,17 +116,17 @@ private:
 /// memory valid until the local_mr, its slices and all operations naming
 /// them are gone.
 CORDMA_API local_mr register_local_mr(std::shared_ptr<protection_domain> pd, void* data, std::size_t size,
-                           access_flags rights);
+                           access_flags access);
 
 /// Registered memory in big chunks, handed out as local regions.
 /// Thread-safe. Allocation is not on the per-operation path: allocate buffers
 /// once and reuse them.
 class CORDMA_API memory_pool : public std::enable_shared_from_this<memory_pool> {
 public:
-    /// A pool whose chunks are registered with `rights` (local_write is
+    /// A pool whose chunks are registered with `access` (local_write is
     /// added: the verbs require it with remote write and atomics).
     static std::shared_ptr<memory_pool> create(std::shared_ptr<protection_domain> pd,
-                                               access_flags rights = access_flags::all,
+                                               access_flags access = access_flags::all,
                                                std::size_t chunk_size = 4 << 20);
 
     ~memory_pool();
@@ -139,12 +139,12 @@ public:
 
     std::size_t bytes_in_use() const;
     std::size_t chunk_count() const;
-    access_flags rights() const noexcept { return rights_; }
+    access_flags access() const noexcept { return rights_; }
     const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
 
 private:
     friend struct detail::mr_block;
-    memory_pool(std::shared_ptr<protection_domain> pd, access_flags rights, std::size_t chunk_size);
+    memory_pool(std::shared_ptr<protection_domain> pd, access_flags access, std::size_t chunk_size);
     void release(std::size_t chunk, std::size_t offset, std::size_t size) noexcept;
 
     struct chunk {

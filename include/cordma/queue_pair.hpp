@@ -47,7 +47,7 @@ struct CORDMA_API qp_connect_options {
     std::uint8_t min_rnr_timer = 12;
     std::uint8_t max_rd_atomic = 16;
     /// What the peer may do to memory through this QP.
-    access_flags remote_rights = access_flags::remote_write | access_flags::remote_read | access_flags::remote_atomic;
+    access_flags remote_access = access_flags::remote_write | access_flags::remote_read | access_flags::remote_atomic;
 };
 
 class CORDMA_API queue_pair {

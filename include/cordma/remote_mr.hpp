@@ -1,34 +1,57 @@
 #pragma once
-/// A region of a peer's memory that this side may access: a plain copyable
-/// value (address, length, rkey) that travels over the wire.
+/// A region of the peer's memory that the peer's agent granted us: what to
+/// read, write or use atomics on, until its lease deadline. Move-only: when
+/// it is dropped the owner is told and frees the region; send_remote_mr
+/// hands it back instead.
 
 #include <cordma/export.hpp>
-#include <cstddef>
+#include <chrono>
 #include <cstdint>
-#include <string>
+#include <memory>
+
+#include <cordma/remote_slice.hpp>
 
 namespace cordma {
 
-/// What a peer needs to read, write or use atomics on a region. Owning
-/// nothing, it is only as valid as the owner's registration.
-struct CORDMA_API remote_mr {
-    std::uint64_t address = 0;
-    std::uint64_t length = 0;
-    std::uint32_t rkey = 0;
+namespace detail {
+class agent;
+}
 
-    std::uint64_t size() const noexcept { return length; }
+class CORDMA_API remote_mr {
+public:
+    remote_mr() = default;
+    remote_mr(remote_mr&& other) noexcept;
+    remote_mr& operator=(remote_mr&& other) noexcept;
+    remote_mr(const remote_mr&) = delete;
+    remote_mr& operator=(const remote_mr&) = delete;
+    /// Tells the owner it may free the region (unless handed back).
+    ~remote_mr();
 
-    /// [offset, offset + length) of this region. Checked here, before anything
-    /// is posted: out of range throws std::out_of_range naming the region,
-    /// the offset and the length.
-    remote_mr slice(std::uint64_t offset, std::uint64_t slice_length) const;
-    /// From `offset` to the end.
-    remote_mr slice(std::uint64_t offset) const;
+    explicit operator bool() const noexcept { return region_id_ != 0; }
+    /// All of it (address, length and rkey), for the operations.
+    const remote_slice& all() const noexcept { return mr_; }
+    operator remote_slice() const noexcept { return mr_; }
+    remote_slice slice(std::uint64_t offset, std::uint64_t length) const { return mr_.slice(offset, length); }
+    std::uint64_t size() const noexcept { return mr_.length; }
+    /// After this the owner deregisters it: accesses fail with a remote
+    /// access error.
+    std::chrono::steady_clock::time_point deadline() const noexcept { return deadline_; }
+    std::uint64_t id() const noexcept { return region_id_; }
 
-    friend bool operator==(const remote_mr&, const remote_mr&) = default;
+    /// For the agent.
+    remote_mr(std::weak_ptr<detail::agent> agent, std::uint64_t region_id, remote_slice mr,
+                  std::chrono::steady_clock::time_point deadline) noexcept
+        : agent_(std::move(agent)), region_id_(region_id), mr_(mr), deadline_(deadline) {}
+    /// Gives up the region without telling the owner (it was handed back).
+    std::uint64_t disown() noexcept;
+
+private:
+    void release() noexcept;
+
+    std::weak_ptr<detail::agent> agent_;
+    std::uint64_t region_id_ = 0;
+    remote_slice mr_{};
+    std::chrono::steady_clock::time_point deadline_{};
 };
-
-/// "remote_mr{address=0x7f.., length=4096, rkey=0x1234}"
-CORDMA_API std::string to_string(const remote_mr& region);
 
 }  // namespace cordma

@@ -2,7 +2,7 @@
 /// cordma::task<T>: the coroutine type cordma code is written in.
 ///
 ///     cordma::task<std::size_t> copy_once(cordma::connection& conn, ...) {
-///         co_await conn.write(remote, local);
+///         co_await conn.write(local, remote);
 ///         co_return local.size();
 ///     }
 ///

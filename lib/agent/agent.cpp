@@ -11,35 +11,6 @@
 
 namespace cordma {
 
-// ---- remote_region --------------------------------------------------------
-
-remote_region::remote_region(remote_region&& other) noexcept
-    : agent_(std::move(other.agent_)), region_id_(std::exchange(other.region_id_, 0)), mr_(other.mr_),
-      deadline_(other.deadline_) {}
-
-remote_region& remote_region::operator=(remote_region&& other) noexcept {
-    if (this != &other) {
-        release();
-        agent_ = std::move(other.agent_);
-        region_id_ = std::exchange(other.region_id_, 0);
-        mr_ = other.mr_;
-        deadline_ = other.deadline_;
-    }
-    return *this;
-}
-
-remote_region::~remote_region() { release(); }
-
-void remote_region::release() noexcept {
-    if (region_id_ == 0)
-        return;
-    if (auto a = agent_.lock())
-        a->release_held(region_id_);
-    region_id_ = 0;
-}
-
-std::uint64_t remote_region::disown() noexcept { return std::exchange(region_id_, 0); }
-
 namespace detail {
 
 namespace proto = agent_protocol;
@@ -60,7 +31,7 @@ std::string size_text(std::size_t bytes) { return std::to_string(bytes) + " byte
 agent::agent(std::shared_ptr<event_listener> listener, std::shared_ptr<memory_pool> pool, agent_limits limits,
              std::string peer)
     : pool_(std::move(pool)), limits_(limits), peer_(std::move(peer)),
-      incoming_remote_(waiter_queue<remote_region>::make(listener)),
+      incoming_remote_(waiter_queue<remote_mr>::make(listener)),
       incoming_local_(waiter_queue<local_mr>::make(listener)) {}
 
 agent::~agent() = default;
@@ -68,7 +39,7 @@ agent::~agent() = default;
 void agent::attach(connection control, std::weak_ptr<connection_state> data) {
     control_ = std::move(control);
     data_ = std::move(data);
-    listener_ = control_.event_listener();
+    event_listener_ = control_.event_listener();
     attached_ = true;
     for (int i = 0; i < receive_depth; ++i) {
         auto self = shared_from_this();
@@ -183,7 +154,7 @@ void agent::on_request(const proto::request_mr& m) {
         // encoding fails and the requester is never answered.
         send_detached(proto::deny_mr{m.request_id, static_cast<std::uint32_t>(code), proto::fit_reason(reason)});
     };
-    access_flags rights = static_cast<access_flags>(static_cast<int>(m.access));
+    access_flags access = static_cast<access_flags>(static_cast<int>(m.access));
     if (m.size > limits_.max_region_size)
         return deny(std::errc::value_too_large, "size " + size_text(m.size) + " exceeds the per-region limit of " +
                                                     size_text(limits_.max_region_size) + " (agent_limits::max_region_size)");
@@ -194,30 +165,30 @@ void agent::on_request(const proto::request_mr& m) {
     if (grants_.size() >= limits_.max_regions)
         return deny(std::errc::too_many_files_open, "the peer already holds " + std::to_string(grants_.size()) +
                                                         " regions (agent_limits::max_regions)");
-    if (!contains(limits_.allowed_access, rights))
-        return deny(std::errc::permission_denied, "access " + to_string(rights) + " is not allowed (agent_limits::allowed_access is " +
+    if (!contains(limits_.allowed_access, access))
+        return deny(std::errc::permission_denied, "access " + to_string(access) + " is not allowed (agent_limits::allowed_access is " +
                                                       to_string(limits_.allowed_access) + ")");
     try {
         local_mr memory = pool_->allocate(m.size, m.alignment);
         std::memset(memory.data(), 0, memory.size());
         proto::grant_mr g;
         g.request_id = m.request_id;
-        add_grant(memory.all(), rights, std::chrono::milliseconds(m.lease_ms), g);
+        add_grant(memory.all(), access, std::chrono::milliseconds(m.lease_ms), g);
         send_detached(g);
     } catch (const std::exception& e) {
         deny(std::errc::not_enough_memory, std::string("could not allocate or register: ") + e.what());
     }
 }
 
-std::uint64_t agent::add_grant(local_slice memory, access_flags rights, std::chrono::milliseconds lease,
+std::uint64_t agent::add_grant(local_slice memory, access_flags access, std::chrono::milliseconds lease,
                                proto::grant_mr& out) {
     lease = clamp_lease(lease);
     grant g;
     g.registration = memory_region::register_memory(pool_->pd(), memory.data(), memory.size(),
-                                                    rights | access_flags::local_write);
+                                                    access | access_flags::local_write);
     std::uint64_t id = next_region_id_++;
     std::weak_ptr<agent> weak = weak_from_this();
-    g.lease_timer = listener_->call_after(lease, [weak, id] {
+    g.lease_timer = event_listener_->call_after(lease, [weak, id] {
         if (auto self = weak.lock())
             self->drop_grant(id, true);
     });
@@ -226,7 +197,7 @@ std::uint64_t agent::add_grant(local_slice memory, access_flags rights, std::chr
     out.length = memory.size();
     out.rkey = g.registration.rkey();
     out.lease_ms = static_cast<std::uint32_t>(lease.count());
-    out.access = static_cast<std::uint32_t>(to_verbs(rights & remote_bits));
+    out.access = static_cast<std::uint32_t>(to_verbs(access & remote_bits));
     granted_bytes_ += memory.size();
     g.memory = std::move(memory);
     grants_.emplace(id, std::move(g));
@@ -247,15 +218,15 @@ void agent::drop_grant(std::uint64_t region_id, bool tell_peer) noexcept {
         send_detached(proto::revoke_mr{region_id});
 }
 
-remote_region agent::to_region(const proto::grant_mr& g) {
-    return remote_region(weak_from_this(), g.region_id, remote_mr{g.address, g.length, g.rkey},
+remote_mr agent::to_region(const proto::grant_mr& g) {
+    return remote_mr(weak_from_this(), g.region_id, remote_slice{g.address, g.length, g.rkey},
                          std::chrono::steady_clock::now() + std::chrono::milliseconds(g.lease_ms));
 }
 
 void agent::release_held(std::uint64_t region_id) noexcept {
     try {
         std::weak_ptr<agent> weak = weak_from_this();
-        auto listener = listener_;
+        auto listener = event_listener_;
         if (!listener)
             return;
         listener->post([weak, region_id] {
@@ -294,12 +265,12 @@ void agent::shut_down(const std::string& why) noexcept {
         control_.shut_down();
 }
 
-task<remote_region> agent::request_remote_mr(std::size_t size, std::size_t alignment,
-                                             std::chrono::milliseconds lease, access_flags rights) {
+task<remote_mr> agent::request_remote_mr(std::size_t size, std::size_t alignment,
+                                             std::chrono::milliseconds lease, access_flags access) {
     auto self = shared_from_this();
-    if ((rights & remote_bits) == access_flags::none)
+    if ((access & remote_bits) == access_flags::none)
         throw std::invalid_argument("request_remote_mr(size=" + std::to_string(size) + ") from " + peer_ +
-                                    ": rights must include remote_read, remote_write or remote_atomic");
+                                    ": access must include remote_read, remote_write or remote_atomic");
     co_await ready();
     std::uint32_t id = next_request_id_++;
     if (next_request_id_ == 0)
@@ -307,7 +278,7 @@ task<remote_region> agent::request_remote_mr(std::size_t size, std::size_t align
     auto waiter = std::make_shared<handoff<proto::message>>();
     proto::request_mr req{id, size, static_cast<std::uint32_t>(alignment),
                           static_cast<std::uint32_t>(std::clamp<long long>(lease.count(), 0, UINT32_MAX)),
-                          static_cast<std::uint32_t>(to_verbs(rights & remote_bits))};
+                          static_cast<std::uint32_t>(to_verbs(access & remote_bits))};
     requests_.emplace(id, waiter);
     try {
         co_await send_message(req);
@@ -323,14 +294,14 @@ task<remote_region> agent::request_remote_mr(std::size_t size, std::size_t align
     co_return to_region(std::get<proto::grant_mr>(reply));
 }
 
-task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags rights) {
+task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags access) {
     auto self = shared_from_this();
-    if ((rights & remote_bits) == access_flags::none)
+    if ((access & remote_bits) == access_flags::none)
         throw std::invalid_argument("send_local_mr to " + peer_ +
-                                    ": rights must include remote_read, remote_write or remote_atomic");
+                                    ": access must include remote_read, remote_write or remote_atomic");
     co_await ready();
     proto::grant_mr g;
-    std::uint64_t id = add_grant(std::move(region), rights, lease, g);
+    std::uint64_t id = add_grant(std::move(region), access, lease, g);
     try {
         co_await send_message(g);
     } catch (...) {
@@ -339,19 +310,19 @@ task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds le
     }
 }
 
-task<remote_region> agent::receive_remote_mr() {
+task<remote_mr> agent::receive_remote_mr() {
     auto self = shared_from_this();
-    std::optional<remote_region> r = co_await incoming_remote_->pop({}, "receive_remote_mr", peer_);
+    std::optional<remote_mr> r = co_await incoming_remote_->pop({}, "receive_remote_mr", peer_);
     if (!r)
         std::rethrow_exception(gone(peer_, death_));
     co_return std::move(*r);
 }
 
-task<void> agent::send_remote_mr(remote_region region) {
+task<void> agent::send_remote_mr(remote_mr region) {
     auto self = shared_from_this();
     std::uint64_t id = region.disown();
     if (id == 0)
-        throw std::invalid_argument("send_remote_mr to " + peer_ + ": an empty remote_region (moved from?)");
+        throw std::invalid_argument("send_remote_mr to " + peer_ + ": an empty remote_mr (moved from?)");
     co_await send_message(proto::return_mr{id});
 }
 

@@ -2,7 +2,7 @@
 /// The memory-region agent of one connection: serves the peer's requests
 /// for memory from this side's pool, tracks what it granted (leases,
 /// limits) and what it holds, over the connection's control queue pair.
-/// Listener thread only.
+/// Event listener thread only.
 
 #include <chrono>
 #include <coroutine>
@@ -18,7 +18,7 @@
 #include <cordma/connection.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/memory_region.hpp>
-#include <cordma/remote_region.hpp>
+#include <cordma/remote_mr.hpp>
 #include <cordma/task.hpp>
 #include "agent/agent_protocol.hpp"
 #include "engine/waiter_queue.hpp"
@@ -65,21 +65,21 @@ public:
           std::string peer);
     ~agent();
 
-    /// The control connection is up: start serving. Listener thread.
+    /// The control connection is up: start serving. Event listener thread.
     void attach(connection control, std::weak_ptr<connection_state> data);
     /// The connection is gone: fail every waiter with `why`, revoke grants.
     void shut_down(const std::string& why) noexcept;
 
-    task<remote_region> request_remote_mr(std::size_t size, std::size_t alignment, std::chrono::milliseconds lease,
-                                          access_flags rights);
-    task<void> send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags rights);
-    task<remote_region> receive_remote_mr();
-    task<void> send_remote_mr(remote_region region);
+    task<remote_mr> request_remote_mr(std::size_t size, std::size_t alignment, std::chrono::milliseconds lease,
+                                          access_flags access);
+    task<void> send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags access);
+    task<remote_mr> receive_remote_mr();
+    task<void> send_remote_mr(remote_mr region);
     task<local_mr> receive_local_mr();
     /// Withdraws every grant of memory in `region`. Returns how many.
     task<std::size_t> revoke(local_slice region);
 
-    /// From remote_region's destructor: any thread.
+    /// From remote_mr's destructor: any thread.
     void release_held(std::uint64_t region_id) noexcept;
 
     /// Bytes and regions granted to the peer right now.
@@ -101,10 +101,10 @@ private:
     void handle(const agent_protocol::message& m);
     void on_request(const agent_protocol::request_mr& m);
     task<void> answer_request(agent_protocol::request_mr m);
-    std::uint64_t add_grant(local_slice memory, access_flags rights, std::chrono::milliseconds lease,
+    std::uint64_t add_grant(local_slice memory, access_flags access, std::chrono::milliseconds lease,
                             agent_protocol::grant_mr& out);
     void drop_grant(std::uint64_t region_id, bool tell_peer) noexcept;
-    remote_region to_region(const agent_protocol::grant_mr& g);
+    remote_mr to_region(const agent_protocol::grant_mr& g);
     task<void> ready();
     std::chrono::milliseconds clamp_lease(std::chrono::milliseconds requested) const;
 
@@ -113,7 +113,7 @@ private:
     std::string peer_;
     connection control_;
     std::weak_ptr<connection_state> data_;
-    std::shared_ptr<event_listener> listener_;
+    std::shared_ptr<event_listener> event_listener_;
     bool attached_ = false;
     bool dead_ = false;
     std::string death_;
@@ -127,7 +127,7 @@ private:
 
     // Regions the peer granted (send_local_mr) and handed back
     // (send_remote_mr), waiting for receive_remote_mr / receive_local_mr.
-    std::shared_ptr<waiter_queue<remote_region>> incoming_remote_;
+    std::shared_ptr<waiter_queue<remote_mr>> incoming_remote_;
     std::shared_ptr<waiter_queue<local_mr>> incoming_local_;
 };
 

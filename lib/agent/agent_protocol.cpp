@@ -31,7 +31,7 @@ constexpr std::uint64_t max_request_size = std::uint64_t{1} << 40;
 constexpr std::uint32_t max_alignment = 4096;
 
 // The wire carries the verbs' own bit values, so a peer built against any
-// libibverbs reads the same rights.
+// libibverbs reads the same access.
 constexpr std::uint32_t remote_write_bit = 2;
 constexpr std::uint32_t remote_read_bit = 4;
 constexpr std::uint32_t remote_atomic_bit = 8;
@@ -115,7 +115,7 @@ private:
 
 std::string access_problem(const char* field, std::uint32_t access) {
     if (access == 0)
-        return std::string(field) + " is 0 (no rights)";
+        return std::string(field) + " is 0 (no access)";
     if (access & ~remote_access_bits)
         return std::string(field) + " " + hex(access) +
                " has bits other than remote_write|remote_read|remote_atomic (0xe)";

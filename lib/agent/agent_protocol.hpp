@@ -40,7 +40,7 @@ struct grant_mr {
     std::uint64_t length = 0;      // nonzero
     std::uint32_t rkey = 0;
     std::uint32_t lease_ms = 0;    // nonzero: time left from when it was sent
-    std::uint32_t access = 0;      // remote rights granted (same bits as request_mr)
+    std::uint32_t access = 0;      // remote access granted (same bits as request_mr)
 
     bool operator==(const grant_mr&) const = default;
 };

@@ -7,11 +7,11 @@
 namespace cordma::detail {
 
 connection assemble(connection_parts parts) {
-    auto state = std::make_shared<connection_state>(parts.listener, std::move(parts.data), parts.peer);
+    auto state = std::make_shared<connection_state>(parts.event_listener, std::move(parts.data), parts.peer);
     if (parts.watcher)
         state->set_transport(std::move(parts.watcher));
     if (parts.agent_pool)
-        state->agent = std::make_shared<agent>(parts.listener, std::move(parts.agent_pool), parts.limits, parts.peer);
+        state->agent = std::make_shared<agent>(parts.event_listener, std::move(parts.agent_pool), parts.limits, parts.peer);
     state->reopen = std::move(parts.reopen);
     return connection_access::make(std::move(state));
 }
@@ -19,7 +19,7 @@ connection assemble(connection_parts parts) {
 void attach_control(const connection& conn, std::shared_ptr<queue_pair> control,
                     std::shared_ptr<transport> watcher) {
     const auto& state = connection_access::state(conn);
-    auto channel = std::make_shared<connection_state>(state->listener(), std::move(control), state->peer() + " (agent)");
+    auto channel = std::make_shared<connection_state>(state->event_listener(), std::move(control), state->peer() + " (agent)");
     if (watcher)
         channel->set_transport(std::move(watcher));
     state->agent->attach(connection_access::make(std::move(channel)), state);

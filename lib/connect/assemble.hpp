@@ -21,7 +21,7 @@ namespace cordma::detail {
 class transport;
 
 struct connection_parts {
-    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<cordma::event_listener> event_listener;
     std::shared_ptr<queue_pair> data;
     std::string peer;
     /// What carried the set-up and watches the peer (null for loopback).
@@ -34,16 +34,16 @@ struct connection_parts {
     std::function<task<connection>()> reopen;
 };
 
-/// Listener thread (or before the connection is shared). The connection.
+/// Event listener thread (or before the connection is shared). The connection.
 connection assemble(connection_parts parts);
 
-/// Listener thread. Gives `conn`'s agent its control QP (connected, RTS),
+/// Event listener thread. Gives `conn`'s agent its control QP (connected, RTS),
 /// with what watches it (rdma_cm's second id; null when the data QP's
 /// transport watches both).
 void attach_control(const connection& conn, std::shared_ptr<queue_pair> control,
                     std::shared_ptr<transport> watcher = nullptr);
 
-/// Listener thread. The agent's control QP could not be set up: the agent's
+/// Event listener thread. The agent's control QP could not be set up: the agent's
 /// calls fail with `why`; the data QP stays usable.
 void fail_control(const connection& conn, const std::string& why) noexcept;
 

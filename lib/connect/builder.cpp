@@ -32,7 +32,7 @@ std::shared_ptr<detail::runtime> builder::runtime() {
     return shared->rt;
 }
 
-std::shared_ptr<event_listener> builder::event_loop() { return runtime()->listener; }
+std::shared_ptr<event_listener> builder::event_listener() { return runtime()->event_listener; }
 std::shared_ptr<memory_pool> builder::pool() { return runtime()->pool; }
 std::shared_ptr<protection_domain> builder::pd() { return runtime()->pd; }
 
@@ -90,7 +90,7 @@ builder& builder::min_rnr_timer(std::uint8_t code) {
     settings_.min_rnr_timer = code;
     return *this;
 }
-builder& builder::remote_access(access_flags rights) { settings_.remote_access = rights; return *this; }
+builder& builder::remote_access(access_flags access) { settings_.remote_access = access; return *this; }
 builder& builder::polling(polling_mode mode) { settings_.polling = mode; return *this; }
 builder& builder::connect_timeout(std::chrono::milliseconds limit) {
     if (limit.count() <= 0)
@@ -104,7 +104,7 @@ builder& builder::agent_limits(const cordma::agent_limits& limits) { settings_.a
 task<connection> builder::connect(std::string address) {
     // Parsing and name resolution happen here, on the caller's thread, so a
     // bad address throws before anything is created and DNS never blocks the
-    // listener thread.
+    // event listener thread.
     socket_address where = resolve(parse_address(address));
     auto rt = runtime();
     if (settings_.exchange == endpoint_exchange::tcp)

@@ -33,13 +33,13 @@ std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listene
     // The agents' control channel: the same rules as every transport's.
     qp_connect_options control_options = options;
     control_options.rnr_retry = 7;
-    control_options.remote_rights = access_flags::none;
+    control_options.remote_access = access_flags::none;
     std::swap(options, control_options);
     auto [ca, cb] = make_pair(detail::control_capacity);
     std::string name = device->name() + " loopback qpn ";
     auto join = [&](std::shared_ptr<queue_pair> qp, const queue_pair& other) {
         detail::connection_parts parts;
-        parts.listener = listener;
+        parts.event_listener = listener;
         parts.data = std::move(qp);
         parts.peer = name + std::to_string(other.qp_num());
         parts.agent_pool = pool;

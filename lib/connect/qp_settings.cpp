@@ -140,12 +140,12 @@ qp_connect_options qp_options(const connection_settings& s, const device_context
     o.retry_count = s.retry_count;
     o.rnr_retry = s.rnr_retry;
     o.min_rnr_timer = s.min_rnr_timer;
-    o.remote_rights = s.remote_access;
+    o.remote_access = s.remote_access;
     if (role == qp_role::control) {
         // The agent only sends and receives; its receives are re-posted as
         // soon as handled, so waiting out "receiver not ready" is safe.
         o.rnr_retry = 7;
-        o.remote_rights = access_flags::none;
+        o.remote_access = access_flags::none;
     }
     return o;
 }

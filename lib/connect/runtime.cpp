@@ -6,11 +6,11 @@ namespace cordma::detail {
 
 std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
     auto rt = std::make_shared<runtime>();
-    rt->listener = event_listener::start(device_context::open(settings.device), {.mode = settings.polling});
-    rt->pd = protection_domain::create(rt->listener->device());
+    rt->event_listener = event_listener::start(device_context::open(settings.device), {.mode = settings.polling});
+    rt->pd = protection_domain::create(rt->event_listener->device());
     rt->pool = memory_pool::create(rt->pd);
-    rt->send_cq = rt->listener->create_cq(settings.cq_size);
-    rt->recv_cq = rt->listener->create_cq(settings.cq_size);
+    rt->send_cq = rt->event_listener->create_cq(settings.cq_size);
+    rt->recv_cq = rt->event_listener->create_cq(settings.cq_size);
     return rt;
 }
 
@@ -39,16 +39,16 @@ std::shared_ptr<queue_pair> runtime::create_qp(const qp_capacity& capacity) {
         throw;
     }
     // The QP may be destroyed on any thread; the room goes back on the
-    // listener thread, where the counts live.
+    // event listener thread, where the counts live.
     std::weak_ptr<runtime> owner = weak_from_this();
     auto* raw = qp.get();
     return std::shared_ptr<queue_pair>(raw, [qp = std::move(qp), owner, capacity](queue_pair*) mutable {
         qp.reset();
         if (auto rt = owner.lock()) {
-            if (rt->listener->running_in_this_thread())
+            if (rt->event_listener->running_in_this_thread())
                 rt->release(capacity);
             else
-                rt->listener->post([owner, capacity] {
+                rt->event_listener->post([owner, capacity] {
                     if (auto alive = owner.lock())
                         alive->release(capacity);
                 });

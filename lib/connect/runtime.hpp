@@ -16,7 +16,7 @@
 namespace cordma::detail {
 
 struct runtime : std::enable_shared_from_this<runtime> {
-    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<cordma::event_listener> event_listener;
     std::shared_ptr<protection_domain> pd;
     std::shared_ptr<memory_pool> pool;
     std::shared_ptr<completion_queue> send_cq;
@@ -29,7 +29,7 @@ struct runtime : std::enable_shared_from_this<runtime> {
     /// the runtime goes.
     std::shared_ptr<class tcp_service> tcp;
 
-    /// Listener thread. An RC QP on the shared PD and CQs, which grow first
+    /// Event listener thread. An RC QP on the shared PD and CQs, which grow first
     /// to make room for it (a CQ that can overflow loses completions); the
     /// room is given back when the QP is destroyed.
     std::shared_ptr<queue_pair> create_qp(const qp_capacity& capacity);

@@ -2,7 +2,7 @@
 /// How rdma_cm events reach their owner. An rdma_cm_id's context points to a
 /// cm_target; the event listener copies each event, acks it at once (so
 /// rdma_destroy_id, which waits for acks, can never deadlock against a
-/// handler), then calls the target on the listener thread.
+/// handler), then calls the target on the event listener thread.
 
 #include <array>
 #include <cstdint>

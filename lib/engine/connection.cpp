@@ -20,7 +20,7 @@ std::uint64_t next_cancellation_ticket() noexcept {
 void canceller::operator()() const noexcept {
     try {
         auto state = op->connection->shared_from_this();
-        state->listener()->post([state, op = op, ticket = ticket] { state->cancel(op, ticket); });
+        state->event_listener()->post([state, op = op, ticket = ticket] { state->cancel(op, ticket); });
     } catch (...) {
         // Out of memory while cancelling: the operation completes normally.
     }
@@ -28,11 +28,11 @@ void canceller::operator()() const noexcept {
 
 bool start_operation(operation_base* op) {
     connection_state* state = op->connection;
-    if (state->listener()->running_in_this_thread())
+    if (state->event_listener()->running_in_this_thread())
         return state->start(op);
     // Awaited on another thread: hop to the listener once.
     auto keep = state->shared_from_this();
-    keep->listener()->post([keep, op] {
+    keep->event_listener()->post([keep, op] {
         if (!keep->start(op))
             op->continuation.resume();
     });
@@ -84,7 +84,7 @@ detail::connection_state& connection::checked_state(const char* call) const {
 const std::string& connection::peer() const { return checked_state("peer").peer(); }
 const std::shared_ptr<queue_pair>& connection::qp() const { return checked_state("qp").qp(); }
 const std::shared_ptr<event_listener>& connection::event_listener() const {
-    return checked_state("event_listener").listener();
+    return checked_state("event_listener").event_listener();
 }
 bool connection::is_broken() const { return checked_state("is_broken").broken(); }
 
@@ -96,18 +96,18 @@ connection connection::adopt(std::shared_ptr<cordma::event_listener> listener, s
 void connection::shut_down() {
     checked_state("shut_down");
     auto state = state_;
-    if (state->listener()->running_in_this_thread())
+    if (state->event_listener()->running_in_this_thread())
         state->shut_down("connection shut down by this side");
     else
-        state->listener()->post([state] { state->shut_down("connection shut down by this side"); });
+        state->event_listener()->post([state] { state->shut_down("connection shut down by this side"); });
 }
 
 task<void> connection::close() {
     checked_state("close");
     auto state = state_;
-    co_await state->listener()->schedule();
-    if (!state->broken() && state->get_transport())
-        co_await state->get_transport()->close();
+    co_await state->event_listener()->schedule();
+    if (!state->broken() && state->transport())
+        co_await state->transport()->close();
     state->shut_down("connection closed by this side");
 }
 
@@ -119,46 +119,46 @@ std::shared_ptr<detail::agent> connection::agent_for(const char* call) const {
     return state_->agent;
 }
 
-task<remote_region> connection::request_remote_mr(std::size_t size, std::size_t alignment,
-                                                  std::chrono::milliseconds lease, access_flags rights) {
+task<remote_mr> connection::request_remote_mr(std::size_t size, std::size_t alignment,
+                                                  std::chrono::milliseconds lease, access_flags access) {
     if (size == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096)
         throw std::invalid_argument("connection::request_remote_mr(size=" + std::to_string(size) + ", alignment=" +
                                     std::to_string(alignment) + ") to " + peer() +
                                     ": size must be nonzero and alignment a power of two <= 4096");
     auto a = agent_for("request_remote_mr");
-    co_await state_->listener()->schedule();
-    co_return co_await a->request_remote_mr(size, alignment, lease, rights);
+    co_await state_->event_listener()->schedule();
+    co_return co_await a->request_remote_mr(size, alignment, lease, access);
 }
 
-task<void> connection::send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags rights) {
+task<void> connection::send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags access) {
     if (!region.block())
         throw std::invalid_argument("connection::send_local_mr to " + peer() + ": an empty local_slice");
     auto a = agent_for("send_local_mr");
-    co_await state_->listener()->schedule();
-    co_await a->send_local_mr(std::move(region), lease, rights);
+    co_await state_->event_listener()->schedule();
+    co_await a->send_local_mr(std::move(region), lease, access);
 }
 
-task<remote_region> connection::receive_remote_mr() {
+task<remote_mr> connection::receive_remote_mr() {
     auto a = agent_for("receive_remote_mr");
-    co_await state_->listener()->schedule();
+    co_await state_->event_listener()->schedule();
     co_return co_await a->receive_remote_mr();
 }
 
-task<void> connection::send_remote_mr(remote_region region) {
+task<void> connection::send_remote_mr(remote_mr region) {
     auto a = agent_for("send_remote_mr");
-    co_await state_->listener()->schedule();
+    co_await state_->event_listener()->schedule();
     co_await a->send_remote_mr(std::move(region));
 }
 
 task<local_mr> connection::receive_local_mr() {
     auto a = agent_for("receive_local_mr");
-    co_await state_->listener()->schedule();
+    co_await state_->event_listener()->schedule();
     co_return co_await a->receive_local_mr();
 }
 
 task<std::size_t> connection::revoke_local_mr(local_slice region) {
     auto a = agent_for("revoke_local_mr");
-    co_await state_->listener()->schedule();
+    co_await state_->event_listener()->schedule();
     co_return co_await a->revoke(std::move(region));
 }
 
@@ -182,14 +182,14 @@ void connection::check_sg_list(const char* call, std::span<const local_slice> sg
                                         ": an empty local_slice (from a moved-from or default local_mr)");
 }
 
-void connection::check_remote_size(const char* call, std::size_t local, const remote_mr& remote) const {
+void connection::check_remote_size(const char* call, std::size_t local, const remote_slice& remote) const {
     if (local != remote.length)
         throw std::invalid_argument(std::string("connection::") + call + " to " + peer() + ": local length " +
                                     std::to_string(local) + " differs from " + to_string(remote) +
                                     "; slice one of them to match");
 }
 
-void connection::check_atomic_target(const char* call, const remote_mr& remote) const {
+void connection::check_atomic_target(const char* call, const remote_slice& remote) const {
     if (remote.length < 8 || remote.address % 8 != 0)
         throw std::invalid_argument(std::string("connection::") + call + " to " + peer() + ": target " +
                                     to_string(remote) + " must be an 8-byte aligned word of at least 8 bytes");
@@ -225,21 +225,21 @@ operation<recv_result> connection::recv(std::span<const local_slice> sg_list, st
     return {&checked_state("recv"), detail::op_kind::recv, std::move(token), {.sg_list = sg_list}};
 }
 
-operation<recv_result> connection::receive_write_imm(std::stop_token token) {
-    return {&checked_state("receive_write_imm"), detail::op_kind::recv, std::move(token), {}};
+operation<recv_result> connection::recv_imm(std::stop_token token) {
+    return {&checked_state("recv_imm"), detail::op_kind::recv, std::move(token), {}};
 }
 
-operation<void> connection::write(local_slice local, remote_mr remote, std::stop_token token) {
+operation<void> connection::write(local_slice local, remote_slice remote, std::stop_token token) {
     return write(std::span<const local_slice>(&local, 1), remote, std::move(token));
 }
 
-operation<void> connection::write(std::span<const local_slice> sg_list, remote_mr remote, std::stop_token token) {
+operation<void> connection::write(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token) {
     check_sg_list("write", sg_list, checked_state("write").qp()->capacity().max_send_sge);
     check_remote_size("write", total_size(sg_list), remote);
     return {&checked_state("write"), detail::op_kind::write, std::move(token), {.sg_list = sg_list, .remote = remote}};
 }
 
-operation<void> connection::write_with_imm(local_slice local, remote_mr remote, std::uint32_t imm,
+operation<void> connection::write_with_imm(local_slice local, remote_slice remote, std::uint32_t imm,
                                            std::stop_token token) {
     check_sg_list("write_with_imm", {&local, 1}, checked_state("write_with_imm").qp()->capacity().max_send_sge);
     check_remote_size("write_with_imm", local.size(), remote);
@@ -247,23 +247,23 @@ operation<void> connection::write_with_imm(local_slice local, remote_mr remote, 
             {.sg_list = {&local, 1}, .remote = remote, .imm = imm}};
 }
 
-operation<void> connection::read(local_slice local, remote_mr remote, std::stop_token token) {
+operation<void> connection::read(local_slice local, remote_slice remote, std::stop_token token) {
     return read(std::span<const local_slice>(&local, 1), remote, std::move(token));
 }
 
-operation<void> connection::read(std::span<const local_slice> sg_list, remote_mr remote, std::stop_token token) {
+operation<void> connection::read(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token) {
     check_sg_list("read", sg_list, checked_state("read").qp()->capacity().max_send_sge);
     check_remote_size("read", total_size(sg_list), remote);
     return {&checked_state("read"), detail::op_kind::read, std::move(token), {.sg_list = sg_list, .remote = remote}};
 }
 
-operation<std::uint64_t> connection::fetch_add(remote_mr remote, std::uint64_t add, std::stop_token token) {
+operation<std::uint64_t> connection::fetch_add(remote_slice remote, std::uint64_t add, std::stop_token token) {
     check_atomic_target("fetch_add", remote);
     return {&checked_state("fetch_add"), detail::op_kind::fetch_add, std::move(token),
             {.sg_list = {}, .remote = remote.slice(0, 8), .compare_add = add}};
 }
 
-operation<std::uint64_t> connection::compare_swap(remote_mr remote, std::uint64_t compare, std::uint64_t swap,
+operation<std::uint64_t> connection::compare_swap(remote_slice remote, std::uint64_t compare, std::uint64_t swap,
                                                   std::stop_token token) {
     check_atomic_target("compare_swap", remote);
     return {&checked_state("compare_swap"), detail::op_kind::compare_swap, std::move(token),

@@ -11,9 +11,9 @@
 
 namespace cordma::detail {
 
-connection_state::connection_state(std::shared_ptr<event_listener> listener, std::shared_ptr<queue_pair> qp,
+connection_state::connection_state(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<queue_pair> qp,
                                    std::string peer)
-    : listener_(std::move(listener)), qp_(std::move(qp)), peer_(std::move(peer)),
+    : event_listener_(std::move(listener)), qp_(std::move(qp)), peer_(std::move(peer)),
       send_slots_(qp_->capacity().max_send_wr), recv_slots_(qp_->capacity().max_recv_wr),
       atomic_results_(send_slots_.size()) {
     atomic_results_mr_ = memory_region::register_memory(qp_->pd(), atomic_results_.data(),
@@ -44,10 +44,10 @@ connection_state::~connection_state() {
         // The agent (and its control QP) would otherwise outlive us, kept
         // alive by its own receive loops.
         auto a = std::move(agent);
-        if (listener_->running_in_this_thread())
+        if (event_listener_->running_in_this_thread())
             a->shut_down("connection closed");
         else
-            listener_->post([a] { a->shut_down("connection closed"); });
+            event_listener_->post([a] { a->shut_down("connection closed"); });
     }
 }
 
@@ -260,7 +260,7 @@ void connection_state::fail_waiters() noexcept {
     }
 }
 
-void connection_state::set_transport(std::shared_ptr<transport> t) {
+void connection_state::set_transport(std::shared_ptr<detail::transport> t) {
     transport_ = std::move(t);
     transport_->attach(weak_from_this());
 }

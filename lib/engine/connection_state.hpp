@@ -20,37 +20,38 @@ namespace cordma::detail {
 
 class connection_state : public std::enable_shared_from_this<connection_state> {
 public:
-    connection_state(std::shared_ptr<event_listener> listener, std::shared_ptr<queue_pair> qp, std::string peer);
+    connection_state(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<queue_pair> qp,
+                     std::string peer);
     ~connection_state();
     connection_state(const connection_state&) = delete;
     connection_state& operator=(const connection_state&) = delete;
 
-    const std::shared_ptr<event_listener>& listener() const noexcept { return listener_; }
+    const std::shared_ptr<cordma::event_listener>& event_listener() const noexcept { return event_listener_; }
     const std::shared_ptr<queue_pair>& qp() const noexcept { return qp_; }
     const std::string& peer() const noexcept { return peer_; }
     bool broken() const noexcept { return broken_; }
 
-    /// Listener thread. Posts `op`, or queues it for a credit. Returns false
+    /// Event listener thread. Posts `op`, or queues it for a credit. Returns false
     /// if it finished at once (failed before posting): the caller resumes it.
     bool start(operation_base* op) noexcept;
 
-    /// Listener thread. Forgets `op` (its coroutine is going away): a queued op
+    /// Event listener thread. Forgets `op` (its coroutine is going away): a queued op
     /// is dropped, an in-flight one orphaned. Its buffers stay alive in its
     /// slot until the completion arrives.
     void abandon(operation_base* op) noexcept;
 
-    /// Listener thread. Cancels `op` if it is still the operation started
+    /// Event listener thread. Cancels `op` if it is still the operation started
     /// with `ticket`: it completes with operation_cancelled.
     void cancel(operation_base* op, std::uint64_t ticket) noexcept;
 
-    /// Listener thread. Moves the QP to ERROR so every pending operation
+    /// Event listener thread. Moves the QP to ERROR so every pending operation
     /// completes (with a flush error) and new ones fail with `why`.
     void shut_down(const std::string& why) noexcept;
 
     /// What set the connection up and watches the peer (rdma_cm id, TCP
-    /// socket); kept as long as the state. Listener thread.
-    void set_transport(std::shared_ptr<transport> t);
-    const std::shared_ptr<transport>& get_transport() const noexcept { return transport_; }
+    /// socket); kept as long as the state. Event listener thread.
+    void set_transport(std::shared_ptr<detail::transport> t);
+    const std::shared_ptr<detail::transport>& transport() const noexcept { return transport_; }
 
     /// The memory-region agent, if the connection has a control channel.
     std::shared_ptr<class agent> agent;
@@ -72,9 +73,9 @@ private:
     void fail_waiters() noexcept;
     void mark_broken(const std::string& why) noexcept;
 
-    std::shared_ptr<event_listener> listener_;
+    std::shared_ptr<cordma::event_listener> event_listener_;
     std::shared_ptr<queue_pair> qp_;
-    std::shared_ptr<transport> transport_;
+    std::shared_ptr<detail::transport> transport_;
     std::string peer_;
 
     std::vector<work_slot> send_slots_;

@@ -1,7 +1,7 @@
 #pragma once
-/// `co_await after(listener, delay)`: resumes on the listener thread once
+/// `co_await after(listener, delay)`: resumes on the event listener thread once
 /// `delay` has passed (an io_uring timeout). For back-off between retries,
-/// never to order processes. Listener thread only.
+/// never to order processes. Event listener thread only.
 
 #include <chrono>
 #include <coroutine>

@@ -30,7 +30,7 @@ const char* to_string(polling_mode mode) noexcept {
 
 // What users hold. Its destruction (the last user reference, CQ or connection
 // gone) stops the thread; the thread holds the listener itself, so a last
-// reference dropped on the listener thread detaches instead of self-joining.
+// reference dropped on the event listener thread detaches instead of self-joining.
 struct event_listener::handle {
     std::shared_ptr<event_listener> listener;
     handle() = default;
@@ -114,7 +114,7 @@ std::shared_ptr<completion_queue> event_listener::create_cq(int entries) {
     cq->request_notify();
     completion_queue* raw = cq.get();
     post([this, raw] { cqs_.push_back(raw); });
-    // The CQ is destroyed on the listener thread, between batches, so no
+    // The CQ is destroyed on the event listener thread, between batches, so no
     // channel event or poll loop can still be looking at it.
     std::shared_ptr<event_listener> keep_alive = shared_from_this();
     auto holder = std::make_shared<std::shared_ptr<completion_queue>>(std::move(cq));

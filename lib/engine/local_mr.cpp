@@ -29,27 +29,27 @@ local_slice local_slice::slice(std::size_t offset, std::size_t length) const {
 }
 
 local_mr register_local_mr(std::shared_ptr<protection_domain> pd, void* data, std::size_t size,
-                           access_flags rights) {
+                           access_flags access) {
     auto block = std::make_shared<detail::mr_block>();
-    block->own_registration = memory_region::register_memory(std::move(pd), data, size, rights);
+    block->own_registration = memory_region::register_memory(std::move(pd), data, size, access);
     block->data = static_cast<std::byte*>(data);
     block->size = size;
     block->lkey = block->own_registration.lkey();
     block->rkey = block->own_registration.rkey();
-    block->rights = rights;
+    block->access = access;
     return local_mr(std::move(block));
 }
 
-std::shared_ptr<memory_pool> memory_pool::create(std::shared_ptr<protection_domain> pd, access_flags rights,
+std::shared_ptr<memory_pool> memory_pool::create(std::shared_ptr<protection_domain> pd, access_flags access,
                                                  std::size_t chunk_size) {
     if (chunk_size < 4096)
         throw std::invalid_argument("memory_pool::create(chunk_size=" + std::to_string(chunk_size) +
                                     "): chunks must be at least 4096 bytes");
-    return std::shared_ptr<memory_pool>(new memory_pool(std::move(pd), rights, chunk_size));
+    return std::shared_ptr<memory_pool>(new memory_pool(std::move(pd), access, chunk_size));
 }
 
-memory_pool::memory_pool(std::shared_ptr<protection_domain> pd, access_flags rights, std::size_t chunk_size)
-    : pd_(std::move(pd)), rights_(rights | access_flags::local_write), chunk_size_(chunk_size) {}
+memory_pool::memory_pool(std::shared_ptr<protection_domain> pd, access_flags access, std::size_t chunk_size)
+    : pd_(std::move(pd)), rights_(access | access_flags::local_write), chunk_size_(chunk_size) {}
 
 memory_pool::~memory_pool() {
     for (auto& c : chunks_) {
@@ -103,7 +103,7 @@ local_mr memory_pool::allocate(std::size_t size, std::size_t alignment) {
             block->size = size;
             block->lkey = c.registration.lkey();
             block->rkey = c.registration.rkey();
-            block->rights = rights_;
+            block->access = rights_;
             block->pool = shared_from_this();
             block->chunk = index;
             block->offset = aligned;

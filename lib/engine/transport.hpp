@@ -14,10 +14,10 @@ class connection_state;
 class transport {
 public:
     virtual ~transport() = default;
-    /// Listener thread. Disconnects gracefully and returns once the peer
+    /// Event listener thread. Disconnects gracefully and returns once the peer
     /// knows (or a deadline passed); the caller then shuts the state down.
     virtual task<void> close() = 0;
-    /// Listener thread. Called once the state exists, so peer-gone events
+    /// Event listener thread. Called once the state exists, so peer-gone events
     /// can reach it.
     virtual void attach(std::weak_ptr<connection_state> state) = 0;
 };

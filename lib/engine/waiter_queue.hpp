@@ -3,7 +3,7 @@
 /// region to a receive_remote_mr(). One primitive for every "values waiting
 /// for waiters" queue in cordma, with cancellation (a std::stop_token, from
 /// any thread) and shutdown (close(): every waiter wakes with nothing).
-/// Listener thread only; owned through a shared_ptr (make()).
+/// Event listener thread only; owned through a shared_ptr (make()).
 
 #include <coroutine>
 #include <deque>
@@ -112,7 +112,7 @@ public:
         auto w = std::make_shared<waiter>();
         std::optional<std::stop_callback<std::function<void()>>> on_stop;
         if (token.stop_possible())
-            on_stop.emplace(token, [self, w] { self->listener_->post([self, w] { self->cancel(w); }); });
+            on_stop.emplace(token, [self, w] { self->event_listener_->post([self, w] { self->cancel(w); }); });
         co_await wait_for(w);
         on_stop.reset();
         if (w->cancelled)
@@ -121,7 +121,7 @@ public:
     }
 
 private:
-    explicit waiter_queue(std::shared_ptr<event_listener> listener) : listener_(std::move(listener)) {}
+    explicit waiter_queue(std::shared_ptr<event_listener> listener) : event_listener_(std::move(listener)) {}
 
     void cancel(const std::shared_ptr<waiter>& w) noexcept {
         if (w->done)
@@ -132,7 +132,7 @@ private:
         w->handle.resume();
     }
 
-    std::shared_ptr<event_listener> listener_;
+    std::shared_ptr<event_listener> event_listener_;
     std::deque<T> values_;
     std::deque<std::shared_ptr<waiter>> waiters_;
     bool closed_ = false;

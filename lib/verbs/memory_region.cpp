@@ -7,12 +7,12 @@
 namespace cordma {
 
 memory_region memory_region::register_memory(std::shared_ptr<protection_domain> pd, void* address,
-                                             std::size_t length, access_flags rights) {
+                                             std::size_t length, access_flags access) {
     errno = 0;
-    ibv_mr* mr = detail::check_pointer(ibv_reg_mr(pd->native_handle(), address, length, to_verbs(rights)), [&] {
-        return "ibv_reg_mr(length=" + std::to_string(length) + ", access=" + to_string(rights) + ")";
+    ibv_mr* mr = detail::check_pointer(ibv_reg_mr(pd->native_handle(), address, length, to_verbs(access)), [&] {
+        return "ibv_reg_mr(length=" + std::to_string(length) + ", access=" + to_string(access) + ")";
     });
-    return memory_region(std::move(pd), mr, rights);
+    return memory_region(std::move(pd), mr, access);
 }
 
 memory_region::memory_region(memory_region&& other) noexcept

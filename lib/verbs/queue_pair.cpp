@@ -95,10 +95,10 @@ void queue_pair::connect(const qp_endpoint& remote, const qp_connect_options& op
 void queue_pair::modify_to_init(const qp_connect_options& options, ibv_qp_attr attr, int mask) {
     attr.qp_state = IBV_QPS_INIT;
     attr.port_num = options.port;
-    attr.qp_access_flags = to_verbs(options.remote_rights);
+    attr.qp_access_flags = to_verbs(options.remote_access);
     mask |= IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
     modify(attr, mask, "RESET->INIT",
-           "port=" + std::to_string(options.port) + ", access=" + to_string(options.remote_rights));
+           "port=" + std::to_string(options.port) + ", access=" + to_string(options.remote_access));
 }
 
 void queue_pair::modify_to_rtr(const qp_connect_options& options, const qp_endpoint* remote, ibv_qp_attr attr,

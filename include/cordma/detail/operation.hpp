@@ -14,7 +14,7 @@
 
 #include <cordma/detail/completion_target.hpp>
 #include <cordma/local_mr.hpp>
-#include <cordma/remote_mr.hpp>
+#include <cordma/remote_slice.hpp>
 
 namespace cordma::detail {
 
@@ -62,7 +62,7 @@ struct CORDMA_API operation_base {
     op_kind kind = op_kind::send;
     std::uint8_t sge_count = 0;
     std::array<local_slice, max_sges> local;
-    remote_mr remote{};
+    remote_slice remote{};
     std::uint32_t imm = 0;  // host order
     std::uint64_t compare_add = 0;
     std::uint64_t swap = 0;

@@ -24,10 +24,10 @@ void reject(rdma_cm_id* id) noexcept {
 }  // namespace
 
 cm_acceptor::cm_acceptor(std::shared_ptr<runtime> rt, connection_settings settings, const socket_address& where)
-    : rt_(std::move(rt)), settings_(std::move(settings)), requests_(waiter_queue<connect_request>::make(rt_->listener)) {
+    : rt_(std::move(rt)), settings_(std::move(settings)), requests_(waiter_queue<connect_request>::make(rt_->event_listener)) {
     on_event = &cm_acceptor::dispatch;
     std::string wanted = where.to_string();
-    check_minus_one(rdma_create_id(rt_->listener->cm_channel(), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
+    check_minus_one(rdma_create_id(rt_->event_listener->cm_channel(), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
                     [&] { return "rdma_create_id(listen " + wanted + ")"; });
     try {
         check_minus_one(rdma_bind_addr(id_, const_cast<sockaddr*>(where.get())),
@@ -36,12 +36,12 @@ cm_acceptor::cm_acceptor(std::shared_ptr<runtime> rt, connection_settings settin
         // settings against them here, so a bad one fails listen(), not every
         // accept. (A wildcard address is checked per client.)
         if (id_->verbs != nullptr) {
-            if (id_->verbs != rt_->listener->device()->native_handle())
+            if (id_->verbs != rt_->event_listener->device()->native_handle())
                 throw std::system_error(std::make_error_code(std::errc::address_not_available),
                                         "listen on " + wanted + ": the address is on device " +
                                             ibv_get_device_name(id_->verbs->device) + ", but the builder uses " +
-                                            rt_->listener->device()->name() + "; set builder::device");
-            qp_options(settings_, *rt_->listener->device(), rdma_get_local_addr(id_), id_->port_num, qp_role::data);
+                                            rt_->event_listener->device()->name() + "; set builder::device");
+            qp_options(settings_, *rt_->event_listener->device(), rdma_get_local_addr(id_), id_->port_num, qp_role::data);
         }
         check_minus_one(rdma_listen(id_, 128), [&] { return "rdma_listen(" + wanted + ", backlog=128)"; });
     } catch (...) {
@@ -62,7 +62,7 @@ cm_acceptor::~cm_acceptor() {
 
 std::shared_ptr<cm_acceptor> cm_acceptor::make(std::shared_ptr<runtime> rt, connection_settings settings,
                                                const socket_address& where) {
-    auto listener = rt->listener;
+    auto listener = rt->event_listener;
     auto self = owned_by_listener_thread(std::move(listener), new cm_acceptor(std::move(rt), std::move(settings), where));
     self->self_ = self;
     return self;
@@ -125,7 +125,7 @@ void cm_acceptor::accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept
 
 task<connection> cm_acceptor::accept(std::stop_token token) {
     std::shared_ptr<cm_acceptor> self = self_.lock();  // alive across the suspensions
-    co_await rt_->listener->schedule();
+    co_await rt_->event_listener->schedule();
     for (;;) {
         std::optional<connect_request> request = co_await requests_->pop(token, "accept", address_);
         if (!request)
@@ -137,7 +137,7 @@ task<connection> cm_acceptor::accept(std::stop_token token) {
             std::string peer = cm->peer();
             connection conn = assemble([&] {
         detail::connection_parts parts;
-        parts.listener = rt_->listener;
+        parts.event_listener = rt_->event_listener;
         parts.data = std::move(qp);
         parts.peer = std::move(peer);
         parts.watcher = std::move(cm);
@@ -159,7 +159,7 @@ task<connection> cm_acceptor::accept(std::stop_token token) {
 
 void cm_acceptor::close() {
     auto self = self_.lock();
-    rt_->listener->post([self] { self->shut(); });
+    rt_->event_listener->post([self] { self->shut(); });
 }
 
 listener listen_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, const socket_address& where) {

@@ -1,7 +1,7 @@
 #pragma once
 /// A listening rdma_cm id: connect requests wait in a waiter_queue until an
 /// accept() takes them; the agents' control QPs that follow accepted
-/// connections are paired with them by token. Listener thread only;
+/// connections are paired with them by token. Event listener thread only;
 /// destroyed there.
 
 #include <map>

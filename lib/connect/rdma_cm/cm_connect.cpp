@@ -21,7 +21,7 @@ std::uint64_t random_token() {
 }  // namespace
 
 task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where) {
-    co_await rt->listener->schedule();
+    co_await rt->event_listener->schedule();
     auto deadline = std::chrono::steady_clock::now() + settings.connect_timeout;
     cm_hello hello;
     hello.token = random_token();
@@ -36,12 +36,12 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
             if (e.code() != std::errc::connection_refused || std::chrono::steady_clock::now() + backoff >= deadline)
                 throw;
         }
-        co_await after(*rt->listener, backoff);
+        co_await after(*rt->event_listener, backoff);
     }
     std::string peer = data->cm->peer();
     connection conn = assemble([&] {
         detail::connection_parts parts;
-        parts.listener = rt->listener;
+        parts.event_listener = rt->event_listener;
         parts.data = std::move(data->qp);
         parts.peer = std::move(peer);
         parts.watcher = std::move(data->cm);

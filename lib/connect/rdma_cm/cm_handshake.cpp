@@ -54,16 +54,16 @@ std::pair<ibv_qp_attr, int> cm_attributes(rdma_cm_id* id, ibv_qp_state state, co
 }
 
 void check_device(const runtime& rt, rdma_cm_id* id, const std::string& peer) {
-    if (id->verbs != rt.listener->device()->native_handle())
+    if (id->verbs != rt.event_listener->device()->native_handle())
         throw std::system_error(std::make_error_code(std::errc::address_not_available),
                                 "connection with " + peer + ": the address is on device " +
                                     ibv_get_device_name(id->verbs->device) + ", but the builder uses " +
-                                    rt.listener->device()->name() + "; set builder::device");
+                                    rt.event_listener->device()->name() + "; set builder::device");
 }
 
 rdma_conn_param conn_param(const runtime& rt, const connection_settings& settings, const queue_pair& qp) {
     rdma_conn_param param{};
-    const auto& attr = rt.listener->device()->attributes();
+    const auto& attr = rt.event_listener->device()->attributes();
     param.responder_resources = static_cast<std::uint8_t>(std::min(attr.max_qp_rd_atom, 16));
     param.initiator_depth = static_cast<std::uint8_t>(std::min(attr.max_qp_init_rd_atom, 16));
     // Carried to the peer, which ignores them: each side sets its own QP's
@@ -103,7 +103,7 @@ task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settin
                     [&] { return "rdma_resolve_route(" + peer + ")"; });
     co_await expect(RDMA_CM_EVENT_ROUTE_RESOLVED, "resolving the route");
 
-    const device_context& device = *rt->listener->device();
+    const device_context& device = *rt->event_listener->device();
     qp_connect_options options =
         qp_options(settings, device, rdma_get_local_addr(cm->id()), cm->id()->port_num, role);
     auto qp = rt->create_qp(capacity_for(settings, role));
@@ -133,7 +133,7 @@ task<std::shared_ptr<queue_pair>> cm_accept_qp(std::shared_ptr<runtime> rt, cons
     std::shared_ptr<queue_pair> qp;
     try {
         check_device(*rt, cm->id(), peer);
-        const device_context& device = *rt->listener->device();
+        const device_context& device = *rt->event_listener->device();
         qp_connect_options options =
             qp_options(settings, device, rdma_get_local_addr(cm->id()), cm->id()->port_num, role);
         if (hello && hello->mtu != 0)

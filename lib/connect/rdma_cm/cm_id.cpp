@@ -16,7 +16,7 @@ std::string describe(const cm_event_copy& event) {
 cm_id::cm_id(std::shared_ptr<runtime> rt, std::string peer) : rt_(std::move(rt)), peer_(std::move(peer)) {
     cm_target::on_event = &cm_id::dispatch;
     errno = 0;
-    detail::check_minus_one(rdma_create_id(rt_->listener->cm_channel(), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
+    detail::check_minus_one(rdma_create_id(rt_->event_listener->cm_channel(), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
                             [&] { return "rdma_create_id(peer=" + peer_ + ")"; });
 }
 
@@ -34,7 +34,7 @@ cm_id::~cm_id() {
 }
 
 std::shared_ptr<cm_id> cm_id::make(std::shared_ptr<runtime> rt, rdma_cm_id* id, std::string peer) {
-    auto listener = rt->listener;
+    auto listener = rt->event_listener;
     cm_id* raw = id != nullptr ? new cm_id(std::move(rt), id, std::move(peer)) : new cm_id(std::move(rt), std::move(peer));
     return owned_by_listener_thread(std::move(listener), raw);
 }
@@ -45,7 +45,7 @@ void cm_id::dispatch(cm_target* self, const cm_event_copy& event) noexcept {
 
 void cm_id::wait(std::coroutine_handle<> h, std::chrono::milliseconds limit) {
     waiter_ = h;
-    timer_ = rt_->listener->call_after(limit, [this] {
+    timer_ = rt_->event_listener->call_after(limit, [this] {
         timer_.reset();
         if (auto h = std::exchange(waiter_, nullptr))
             h.resume();  // with no event: timed out

@@ -2,7 +2,7 @@
 /// One rdma_cm id and the coroutine, if any, waiting for its next event.
 /// It carries no QP (cordma makes and drives its QPs itself, see
 /// cm_handshake.hpp); once connected it watches the peer as the transport.
-/// Listener thread only, created and destroyed there.
+/// Event listener thread only, created and destroyed there.
 
 #include <chrono>
 #include <coroutine>
@@ -50,7 +50,7 @@ public:
     task<void> close() override;
     void attach(std::weak_ptr<connection_state> state) override { state_ = std::move(state); }
 
-    /// A cm_id shared_ptr whose deleter destroys it on the listener thread,
+    /// A cm_id shared_ptr whose deleter destroys it on the event listener thread,
     /// where its events are dispatched.
     static std::shared_ptr<cm_id> make(std::shared_ptr<runtime> rt, rdma_cm_id* id, std::string peer);
 

@@ -4,7 +4,7 @@
 // Threads. Asio runs on one io_context thread per runtime (tcp_service); the
 // handshakes are coroutines on the event listener thread, like the rdma_cm
 // ones. Each socket operation is posted to the io thread and its completion
-// posted back to the listener thread (on_io), so neither thread ever blocks
+// posted back to the event listener thread (on_io), so neither thread ever blocks
 // on the other.
 //
 // Lifetimes. The io thread never outlives its runtime (the runtime's
@@ -16,7 +16,7 @@
 // reached from the io thread only through weak_ptrs locked on the listener
 // thread, and are destroyed there (make() gives them a deleter that posts),
 // so no callback ever finds one freed. What crosses from the io thread to
-// the listener thread is results and, for an accepted client, a plain file
+// the event listener thread is results and, for an accepted client, a plain file
 // descriptor: nothing whose destruction needs the io_context.
 
 #include "connect/assemble.hpp"
@@ -59,81 +59,6 @@
 #include "connect/runtime.hpp"
 
 namespace cordma::detail {
-
-// ---------------------------------------------------------------- wire format
-
-namespace {
-
-void put16(std::uint8_t* p, std::uint16_t v) noexcept {
-    p[0] = static_cast<std::uint8_t>(v >> 8);
-    p[1] = static_cast<std::uint8_t>(v);
-}
-
-void put32(std::uint8_t* p, std::uint32_t v) noexcept {
-    put16(p, static_cast<std::uint16_t>(v >> 16));
-    put16(p + 2, static_cast<std::uint16_t>(v));
-}
-
-std::uint16_t get16(const std::uint8_t* p) noexcept { return static_cast<std::uint16_t>(p[0] << 8 | p[1]); }
-
-std::uint32_t get32(const std::uint8_t* p) noexcept {
-    return static_cast<std::uint32_t>(get16(p)) << 16 | get16(p + 2);
-}
-
-std::string hex(std::uint32_t value) {
-    char text[16];
-    std::snprintf(text, sizeof text, "0x%08x", value);
-    return text;
-}
-
-}  // namespace
-
-std::array<std::uint8_t, endpoint_message_size> encode_endpoint_message(const endpoint_message& message) {
-    std::array<std::uint8_t, endpoint_message_size> out{};
-    put32(&out[0], endpoint_magic);
-    put16(&out[4], endpoint_version);
-    put16(&out[6], message.endpoint.lid);
-    put32(&out[8], message.endpoint.qpn);
-    put32(&out[12], message.endpoint.psn);
-    std::memcpy(&out[16], message.endpoint.gid.raw, 16);
-    out[32] = static_cast<std::uint8_t>(message.mtu);
-    return out;
-}
-
-endpoint_message decode_endpoint_message(std::span<const std::uint8_t, endpoint_message_size> in) {
-    auto bad = [](const char* field, const std::string& why) {
-        return std::invalid_argument(std::string("field '") + field + "' " + why);
-    };
-    if (std::uint32_t magic = get32(&in[0]); magic != endpoint_magic)
-        throw bad("magic", "is " + hex(magic) + ", expected " + hex(endpoint_magic) +
-                               " (\"CRDM\"): the peer does not speak cordma's TCP endpoint exchange");
-    if (std::uint16_t version = get16(&in[4]); version != endpoint_version)
-        throw bad("version", "is " + std::to_string(version) + ", this side speaks " +
-                                 std::to_string(endpoint_version));
-    endpoint_message out;
-    out.endpoint.lid = get16(&in[6]);
-    out.endpoint.qpn = get32(&in[8]);
-    out.endpoint.psn = get32(&in[12]);
-    std::memcpy(out.endpoint.gid.raw, &in[16], 16);
-    if (out.endpoint.qpn > 0xffffff)
-        throw bad("qpn", "is " + std::to_string(out.endpoint.qpn) + ", more than 24 bits");
-    if (out.endpoint.qpn < 2)
-        throw bad("qpn", "is " + std::to_string(out.endpoint.qpn) + ": QPs 0 and 1 are management QPs, never RC");
-    if (out.endpoint.psn > 0xffffff)
-        throw bad("psn", "is " + std::to_string(out.endpoint.psn) + ", more than 24 bits");
-    bool gid_zero = true;
-    for (std::uint8_t b : out.endpoint.gid.raw)
-        gid_zero = gid_zero && b == 0;
-    if (gid_zero && out.endpoint.lid == 0)
-        throw bad("gid", "is all zeros and 'lid' is 0: no address to reach the peer's QP at");
-    std::uint8_t mtu = in[32];
-    if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096)
-        throw bad("mtu", "is " + std::to_string(mtu) + ", not an MTU code (1..5 = 256..4096 bytes)");
-    out.mtu = static_cast<ibv_mtu>(mtu);
-    if (in[33] != 0 || in[34] != 0 || in[35] != 0)
-        throw bad("reserved", "is not zero");
-    return out;
-}
 
 // ------------------------------------------------------------------ io thread
 
@@ -192,8 +117,8 @@ namespace {
 using asio::ip::tcp;
 
 /// One exchange socket and what its operations need to stay alive. Made on
-/// the listener thread; after that touched only on the io thread (or, from
-/// the listener thread, between operations the io thread has finished).
+/// the event listener thread; after that touched only on the io thread (or, from
+/// the event listener thread, between operations the io thread has finished).
 struct tcp_io {
     explicit tcp_io(asio::io_context& context) : socket(context), timer(context) {}
     tcp_io(asio::io_context& context, const tcp& protocol, int fd) : socket(context, protocol, fd), timer(context) {}
@@ -289,7 +214,7 @@ struct io_wait {
 };
 
 /// The completion handler on_io gives an Asio operation: records the result
-/// on the io thread and resumes the coroutine on the listener thread.
+/// on the io thread and resumes the coroutine on the event listener thread.
 struct io_done {
     event_listener* listener;
     std::shared_ptr<tcp_io> io;
@@ -306,7 +231,7 @@ struct io_done {
 
 /// `co_await on_io(...)` runs `start(io, done)` on the io thread, where it
 /// starts one Asio operation with `done` as its handler, and resumes on the
-/// listener thread with the operation's io_result. `io` stays alive (with
+/// event listener thread with the operation's io_result. `io` stays alive (with
 /// its buffers) until the operation completes.
 template <class Start>
 struct [[nodiscard]] io_awaiter {
@@ -326,7 +251,7 @@ struct [[nodiscard]] io_awaiter {
     void await_suspend(std::coroutine_handle<> h) {
         wait->handle = h;
         // The completion is posted back, so it never resumes h before this
-        // returns (we are on the listener thread ourselves).
+        // returns (we are on the event listener thread ourselves).
         asio::post(service->context(), [start = std::move(start), done = io_done{listener, io, wait}]() mutable {
             auto io = done.io;
             start(io, std::move(done));
@@ -371,12 +296,12 @@ void check(const io_result& result, const std::string& who, std::chrono::millise
 /// The listener-side owner of one exchange socket: during the handshake the
 /// socket; afterwards the connection's
 /// transport, turning EOF on the socket into a shut-down connection.
-/// Listener thread; destroyed there.
+/// Event listener thread; destroyed there.
 class tcp_channel final : public transport, public std::enable_shared_from_this<tcp_channel> {
 public:
     static std::shared_ptr<tcp_channel> make(std::shared_ptr<runtime> rt, std::shared_ptr<tcp_io> io,
                                              std::string peer) {
-        auto listener = rt->listener;
+        auto listener = rt->event_listener;
         return owned_by_listener_thread(std::move(listener),
                                         new tcp_channel(std::move(rt), std::move(io), std::move(peer)));
     }
@@ -398,7 +323,7 @@ public:
         if (closing_)
             co_return;
         closing_ = true;
-        co_await on_io(*service_, *rt_->listener, io_, [](const std::shared_ptr<tcp_io>& io, io_done done) {
+        co_await on_io(*service_, *rt_->event_listener, io_, [](const std::shared_ptr<tcp_io>& io, io_done done) {
             io->close();
             done({});
         });
@@ -408,7 +333,7 @@ public:
     void attach(std::weak_ptr<connection_state> state) override {
         state_ = std::move(state);
         asio::post(service_->context(),
-                   [io = io_, listener = rt_->listener.get(), self = weak_from_this()] { watch(io, listener, self); });
+                   [io = io_, listener = rt_->event_listener.get(), self = weak_from_this()] { watch(io, listener, self); });
     }
 
 private:
@@ -432,7 +357,7 @@ private:
         });
     }
 
-    /// Listener thread.
+    /// Event listener thread.
     void peer_gone() noexcept {
         if (closing_)
             return;  // our own close
@@ -455,13 +380,13 @@ private:
 
 // ---------------------------------------------------------- the handshake
 
-/// Listener thread, both sides, over a connected socket whose deadline is
+/// Event listener thread, both sides, over a connected socket whose deadline is
 /// running: create the QP, send our endpoint, read theirs, connect the QP,
 /// then exchange "ready".
 task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
                                     std::shared_ptr<tcp_channel> channel, std::string peer, std::string who) {
     tcp_service& service = channel->service();
-    event_listener& listener = *rt->listener;
+    event_listener& listener = *rt->event_listener;
     std::shared_ptr<tcp_io> io = channel->io();
     const auto& device = listener.device();
     std::chrono::milliseconds limit = settings.connect_timeout;
@@ -547,7 +472,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
 
     connection conn = assemble([&] {
         detail::connection_parts parts;
-        parts.listener = rt->listener;
+        parts.event_listener = rt->event_listener;
         parts.data = std::move(qp);
         parts.peer = peer;
         parts.watcher = std::move(channel);
@@ -561,7 +486,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
 
 // ----------------------------------------------------------- the acceptor
 
-/// A client the io thread accepted, on its way to the listener thread: a
+/// A client the io thread accepted, on its way to the event listener thread: a
 /// plain descriptor, closed unless a handshake takes it.
 struct accepted_client {
     int fd = -1;
@@ -597,7 +522,7 @@ struct accept_io {
 };
 
 /// A listening TCP socket: clients the io thread accepts wait here until an
-/// accept() takes them and runs the handshake. Listener thread; destroyed
+/// accept() takes them and runs the handshake. Event listener thread; destroyed
 /// there.
 class tcp_acceptor final : public acceptor, public std::enable_shared_from_this<tcp_acceptor> {
 public:
@@ -605,11 +530,11 @@ public:
     /// throws at once.
     static std::shared_ptr<tcp_acceptor> make(std::shared_ptr<runtime> rt, connection_settings settings,
                                               const socket_address& where) {
-        auto listener = rt->listener;
+        auto listener = rt->event_listener;
         std::shared_ptr<tcp_acceptor> self = owned_by_listener_thread(
             std::move(listener), new tcp_acceptor(std::move(rt), std::move(settings), where));
         asio::post(self->service_->context(),
-                   [io = self->io_, listener = self->rt_->listener.get(), owner = self->weak_from_this()] {
+                   [io = self->io_, listener = self->rt_->event_listener.get(), owner = self->weak_from_this()] {
                        accept_next(io, listener, owner);
                    });
         return self;
@@ -623,7 +548,7 @@ public:
     task<connection> accept(std::stop_token token) override {
         // Keeps us alive across the suspensions.
         std::shared_ptr<tcp_acceptor> self = shared_from_this();
-        co_await rt_->listener->schedule();
+        co_await rt_->event_listener->schedule();
         for (;;) {
             std::optional<std::shared_ptr<accepted_client>> client = co_await clients_->pop(token, "accept", address_);
             if (!client)
@@ -644,7 +569,7 @@ public:
 
     void close() override {
         auto self = shared_from_this();
-        rt_->listener->post([self] { self->shut(); });
+        rt_->event_listener->post([self] { self->shut(); });
     }
 
 private:
@@ -673,11 +598,11 @@ private:
         // fails listen(), not every accept. (A wildcard address is checked
         // per client, against the address that client reached.)
         if (!bound.address().is_unspecified())
-            qp_options(settings_, *rt_->listener->device(), where.get(), 0, qp_role::data);
+            qp_options(settings_, *rt_->event_listener->device(), where.get(), 0, qp_role::data);
     }
 
     /// Io thread. One accept pending while the acceptor is open; each client
-    /// goes to the listener thread as a descriptor.
+    /// goes to the event listener thread as a descriptor.
     static void accept_next(std::shared_ptr<accept_io> io, event_listener* listener, std::weak_ptr<tcp_acceptor> owner) {
         auto* raw = io.get();
         raw->acceptor.async_accept([io = std::move(io), listener, owner](const asio::error_code& ec,
@@ -712,12 +637,12 @@ private:
         });
     }
 
-    /// Listener thread.
+    /// Event listener thread.
     void on_accepted(std::shared_ptr<accepted_client> client) {
         clients_->push(std::move(client));  // after close() it is dropped: the socket closes
     }
 
-    /// Listener thread: the server's half of the handshake, bounded by
+    /// Event listener thread: the server's half of the handshake, bounded by
     /// connect_timeout.
     task<connection> handshake(std::shared_ptr<accepted_client> client) {
         auto io = std::make_shared<tcp_io>(service_->context(), client->protocol, client->fd);
@@ -729,7 +654,7 @@ private:
                                               "accept from " + client->peer);
     }
 
-    /// Listener thread. Closes the listening socket and every client not yet
+    /// Event listener thread. Closes the listening socket and every client not yet
     /// taken (they read EOF); waiting accepts throw.
     void shut() noexcept {
         if (clients_->closed())
@@ -747,7 +672,7 @@ private:
     std::shared_ptr<accept_io> io_;
     std::string address_;
     std::shared_ptr<waiter_queue<std::shared_ptr<accepted_client>>> clients_ =
-        waiter_queue<std::shared_ptr<accepted_client>>::make(rt_->listener);
+        waiter_queue<std::shared_ptr<accepted_client>>::make(rt_->event_listener);
 };
 
 }  // namespace
@@ -757,7 +682,7 @@ private:
 task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where) {
     std::string peer = where.to_string();
     std::string who = "connect to " + peer;
-    co_await rt->listener->schedule();
+    co_await rt->event_listener->schedule();
     tcp_service& service = tcp_service::of(*rt);
     auto deadline = std::chrono::steady_clock::now() + settings.connect_timeout;
     for (auto backoff = std::chrono::milliseconds(10);; backoff = std::min(backoff * 2, std::chrono::milliseconds(200))) {
@@ -766,7 +691,7 @@ task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings se
         auto channel = tcp_channel::make(rt, io, peer);
         start_deadline(service, io, std::max(left, std::chrono::milliseconds(1)));
         io_result connected = co_await on_io(
-            service, *rt->listener, io, [endpoint = to_endpoint(where)](const std::shared_ptr<tcp_io>& io, io_done done) {
+            service, *rt->event_listener, io, [endpoint = to_endpoint(where)](const std::shared_ptr<tcp_io>& io, io_done done) {
                 io->socket.async_connect(endpoint, [io, done = std::move(done)](const asio::error_code& ec) {
                     if (!ec) {
                         asio::error_code ignored;
@@ -780,7 +705,7 @@ task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings se
             // Nothing listening yet (a server started with its client): try
             // again until the connect deadline.
             if (std::chrono::steady_clock::now() + backoff < deadline) {
-                co_await after(*rt->listener, backoff);
+                co_await after(*rt->event_listener, backoff);
                 continue;
             }
             throw handshake_error(std::make_error_code(std::errc::connection_refused),

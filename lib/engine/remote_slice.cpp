@@ -1,4 +1,4 @@
-#include <cordma/remote_mr.hpp>
+#include <cordma/remote_slice.hpp>
 
 #include <cstdio>
 #include <stdexcept>
@@ -7,20 +7,20 @@
 
 namespace cordma {
 
-std::string to_string(const remote_mr& region) {
+std::string to_string(const remote_slice& region) {
     char text[96];
-    std::snprintf(text, sizeof text, "remote_mr{address=0x%llx, length=%llu, rkey=0x%x}",
+    std::snprintf(text, sizeof text, "remote_slice{address=0x%llx, length=%llu, rkey=0x%x}",
                   static_cast<unsigned long long>(region.address), static_cast<unsigned long long>(region.length),
                   region.rkey);
     return text;
 }
 
-remote_mr remote_mr::slice(std::uint64_t offset, std::uint64_t slice_length) const {
+remote_slice remote_slice::slice(std::uint64_t offset, std::uint64_t slice_length) const {
     detail::check_slice(length, offset, slice_length, [this] { return to_string(*this); });
     return {address + offset, slice_length, rkey};
 }
 
-remote_mr remote_mr::slice(std::uint64_t offset) const {
+remote_slice remote_slice::slice(std::uint64_t offset) const {
     detail::check_slice(length, offset, 0, [this] { return to_string(*this); });
     return {address + offset, length - offset, rkey};
 }

@@ -1,0 +1,34 @@
+#pragma once
+/// A region of a peer's memory that this side may access: a plain copyable
+/// value (address, length, rkey) that travels over the wire.
+
+#include <cordma/export.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace cordma {
+
+/// What a peer needs to read, write or use atomics on a region. Owning
+/// nothing, it is only as valid as the owner's registration.
+struct CORDMA_API remote_slice {
+    std::uint64_t address = 0;
+    std::uint64_t length = 0;
+    std::uint32_t rkey = 0;
+
+    std::uint64_t size() const noexcept { return length; }
+
+    /// [offset, offset + length) of this region. Checked here, before anything
+    /// is posted: out of range throws std::out_of_range naming the region,
+    /// the offset and the length.
+    remote_slice slice(std::uint64_t offset, std::uint64_t slice_length) const;
+    /// From `offset` to the end.
+    remote_slice slice(std::uint64_t offset) const;
+
+    friend bool operator==(const remote_slice&, const remote_slice&) = default;
+};
+
+/// "remote_slice{address=0x7f.., length=4096, rkey=0x1234}"
+CORDMA_API std::string to_string(const remote_slice& region);
+
+}  // namespace cordma

@@ -1,0 +1,107 @@
+// The byte formats cordma puts on the wire besides the agent's (which has
+// its own test, agent_protocol): the TCP endpoint message and the rdma_cm
+// hello and reply (docs/wire-formats.md). No device needed.
+
+#include <algorithm>
+#include <cstring>
+
+#include <catch2/catch.hpp>
+
+#include "connect/rdma_cm/cm_hello.hpp"
+#include "connect/tcp/endpoint_message.hpp"
+
+using namespace cordma;
+
+TEST_CASE("the TCP endpoint message round-trips and every rejected field is named", "[wire]") {
+    ibv_gid gid{};
+    for (int i = 0; i < 16; ++i)
+        gid.raw[i] = static_cast<std::uint8_t>(i + 1);
+    detail::endpoint_message sent{{.qpn = 0x123456, .psn = 0xabcdef, .gid = gid, .lid = 0x1234}, IBV_MTU_2048};
+    auto bytes = detail::encode_endpoint_message(sent);
+    CHECK(bytes.size() == 36);
+    CHECK(bytes[0] == 'C');
+    CHECK(bytes[3] == 'M');
+    CHECK(bytes[8] == 0x00);  // qpn, big-endian
+    CHECK(bytes[9] == 0x12);
+    CHECK(bytes[11] == 0x56);
+    auto got = detail::decode_endpoint_message(bytes);
+    CHECK(got.endpoint.qpn == sent.endpoint.qpn);
+    CHECK(got.endpoint.psn == sent.endpoint.psn);
+    CHECK(got.endpoint.lid == sent.endpoint.lid);
+    CHECK(std::memcmp(got.endpoint.gid.raw, gid.raw, 16) == 0);
+    CHECK(got.mtu == IBV_MTU_2048);
+
+    auto broken = [&](auto change) {
+        auto copy = bytes;
+        change(copy);
+        return copy;
+    };
+    using Catch::Contains;
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[0] = 'X'; })), Contains("field 'magic'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[5] = 2; })),
+                      Contains("field 'version' is 2"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[8] = 1; })), Contains("field 'qpn'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[9] = m[10] = 0, m[11] = 1; })),
+                      Contains("field 'qpn' is 1"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[12] = 1; })), Contains("field 'psn'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) {
+                          std::fill(m.begin() + 16, m.begin() + 32, 0);
+                          m[6] = m[7] = 0;
+                      })),
+                      Contains("field 'gid'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[32] = 0; })), Contains("field 'mtu'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[35] = 1; })),
+                      Contains("field 'reserved'"));
+}
+
+namespace {
+
+detail::cm_event_copy carrying(const void* data, std::size_t size) {
+    detail::cm_event_copy event;
+    event.private_data_len = static_cast<std::uint8_t>(size);
+    std::memcpy(event.private_data.data(), data, size);
+    return event;
+}
+
+}  // namespace
+
+TEST_CASE("the rdma_cm hello and reply are recognised, and anything else is not", "[wire]") {
+    detail::cm_hello hello;
+    hello.kind = detail::cm_hello::control;
+    hello.mtu = IBV_MTU_1024;
+    hello.token = 0x1234567890abcdefULL;
+    auto got = detail::cm_hello::from(carrying(&hello, sizeof hello));
+    REQUIRE(got.has_value());
+    CHECK(got->kind == detail::cm_hello::control);
+    CHECK(got->mtu == IBV_MTU_1024);
+    CHECK(got->token == hello.token);
+
+    SECTION("a client that is not cordma sends other private data, or none") {
+        CHECK_FALSE(detail::cm_hello::from(carrying("hello", 5)).has_value());
+        CHECK_FALSE(detail::cm_hello::from(carrying(nullptr, 0)).has_value());
+        detail::cm_hello other = hello;
+        other.magic = 0x12345678;
+        CHECK_FALSE(detail::cm_hello::from(carrying(&other, sizeof other)).has_value());
+    }
+    SECTION("a hello of another version, kind or MTU code is not one") {
+        detail::cm_hello bad = hello;
+        bad.version = 2;
+        CHECK_FALSE(detail::cm_hello::from(carrying(&bad, sizeof bad)).has_value());
+        bad = hello;
+        bad.kind = 3;
+        CHECK_FALSE(detail::cm_hello::from(carrying(&bad, sizeof bad)).has_value());
+        bad = hello;
+        bad.mtu = 6;
+        CHECK_FALSE(detail::cm_hello::from(carrying(&bad, sizeof bad)).has_value());
+    }
+    SECTION("the reply carries the agreed MTU, within 256..4096 bytes") {
+        detail::cm_reply reply;
+        reply.mtu = IBV_MTU_2048;
+        auto r = detail::cm_reply::from(carrying(&reply, sizeof reply));
+        REQUIRE(r.has_value());
+        CHECK(r->mtu == IBV_MTU_2048);
+        reply.mtu = 0;
+        CHECK_FALSE(detail::cm_reply::from(carrying(&reply, sizeof reply)).has_value());
+        CHECK_FALSE(detail::cm_reply::from(carrying(&hello, sizeof hello)).has_value());
+    }
+}
