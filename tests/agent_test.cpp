@@ -45,7 +45,7 @@ struct agent_fixture {
     }
 
     std::size_t server_grants() {
-        return on_listener([&] { return detail::connection_access::state(server)->agent->granted_regions(); });
+        return on_listener([&] { return detail::agent_of(*detail::connection_access::state(server))->granted_regions(); });
     }
 
     // Both agents up (their receive buffers come from the pool too) and no
@@ -196,7 +196,7 @@ TEST_CASE("a malformed agent message closes the connection with the problem name
     (void)sync_wait(f.client.request_remote_mr(64));
     local_mr garbage = f.pool->allocate(32);
     std::memset(garbage.data(), 0x7f, 32);
-    connection control = f.on_listener([&] { return detail::connection_access::state(f.client)->agent->control(); });
+    connection control = f.on_listener([&] { return detail::agent_of(*detail::connection_access::state(f.client))->control(); });
     sync_wait(control.send(garbage.all()));
     CHECK(f.eventually([&] { return f.server.is_broken(); }));
     local_mr buffer = f.pool->allocate(8);

@@ -21,6 +21,7 @@
 #include <cordma/remote_mr.hpp>
 #include <cordma/task.hpp>
 #include "agent/agent_protocol.hpp"
+#include "engine/connection_state.hpp"
 #include "engine/waiter_queue.hpp"
 
 namespace cordma::detail {
@@ -59,7 +60,7 @@ struct handoff {
     }
 };
 
-class agent : public std::enable_shared_from_this<agent> {
+class agent : public connection_companion, public std::enable_shared_from_this<agent> {
 public:
     agent(std::shared_ptr<event_listener> listener, std::shared_ptr<memory_pool> pool, agent_limits limits,
           std::string peer);
@@ -68,7 +69,7 @@ public:
     /// The control connection is up: start serving. Event listener thread.
     void attach(connection control, std::weak_ptr<connection_state> data);
     /// The connection is gone: fail every waiter with `why`, revoke grants.
-    void shut_down(const std::string& why) noexcept;
+    void shut_down(const std::string& why) noexcept override;
 
     task<remote_mr> request_remote_mr(std::size_t size, std::size_t alignment, std::chrono::milliseconds lease,
                                           access_flags access);
@@ -130,5 +131,11 @@ private:
     std::shared_ptr<waiter_queue<remote_mr>> incoming_remote_;
     std::shared_ptr<waiter_queue<local_mr>> incoming_local_;
 };
+
+/// The agent of a connection (null for one without: connection::adopt, a
+/// peer that is not cordma).
+inline std::shared_ptr<agent> agent_of(const connection_state& state) {
+    return std::static_pointer_cast<agent>(state.agent);
+}
 
 }  // namespace cordma::detail

@@ -22,7 +22,7 @@ void attach_control(const connection& conn, std::shared_ptr<queue_pair> control,
     auto channel = std::make_shared<connection_state>(state->event_listener(), std::move(control), state->peer() + " (agent)");
     if (watcher)
         channel->set_transport(std::move(watcher));
-    state->agent->attach(connection_access::make(std::move(channel)), state);
+    agent_of(*state)->attach(connection_access::make(std::move(channel)), state);
 }
 
 void fail_control(const connection& conn, const std::string& why) noexcept {

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "agent/agent.hpp"
 
 namespace cordma::detail {
 

@@ -18,6 +18,16 @@
 
 namespace cordma::detail {
 
+/// What runs beside a connection on its own control QP: the memory-region
+/// agent (lib/agent/), which the engine knows only through this, to tell it
+/// when the connection goes.
+class connection_companion {
+public:
+    virtual ~connection_companion() = default;
+    /// Event listener thread. The connection is gone: fail what waits.
+    virtual void shut_down(const std::string& why) noexcept = 0;
+};
+
 class connection_state : public std::enable_shared_from_this<connection_state> {
 public:
     connection_state(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<queue_pair> qp,
@@ -54,7 +64,7 @@ public:
     const std::shared_ptr<detail::transport>& transport() const noexcept { return transport_; }
 
     /// The memory-region agent, if the connection has a control channel.
-    std::shared_ptr<class agent> agent;
+    std::shared_ptr<connection_companion> agent;
 
     /// How to open another QP to the same peer (set by the connecting side).
     std::function<task<connection>()> reopen;

@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "verbs/check.hpp"
-#include "engine/slice_check.hpp"
+#include "verbs/slice_check.hpp"
 
 namespace cordma {
 

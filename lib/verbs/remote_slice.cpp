@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "engine/slice_check.hpp"
+#include "verbs/slice_check.hpp"
 
 namespace cordma {
 

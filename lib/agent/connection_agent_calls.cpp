@@ -1,0 +1,64 @@
+// The memory-region agent's calls on a connection (declared in
+// <cordma/connection.hpp>): argument checks, then the agent does the work
+// on the event listener thread.
+#include <cordma/connection.hpp>
+
+#include <stdexcept>
+
+#include "agent/agent.hpp"
+#include "engine/connection_state.hpp"
+
+namespace cordma {
+
+std::shared_ptr<detail::agent> connection::agent_for(const char* call) const {
+    if (!checked_state(call).agent)
+        throw std::logic_error(std::string("connection::") + call + " to " + peer() +
+                               ": this connection has no agent: it was made with connection::adopt, or the peer is "
+                               "not cordma. Connections from a builder and from connect_loopback have one");
+    return detail::agent_of(*state_);
+}
+
+task<remote_mr> connection::request_remote_mr(std::size_t size, std::size_t alignment,
+                                                  std::chrono::milliseconds lease, access_flags access) {
+    if (size == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096)
+        throw std::invalid_argument("connection::request_remote_mr(size=" + std::to_string(size) + ", alignment=" +
+                                    std::to_string(alignment) + ") to " + peer() +
+                                    ": size must be nonzero and alignment a power of two <= 4096");
+    auto a = agent_for("request_remote_mr");
+    co_await state_->event_listener()->schedule();
+    co_return co_await a->request_remote_mr(size, alignment, lease, access);
+}
+
+task<void> connection::send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags access) {
+    if (!region.block())
+        throw std::invalid_argument("connection::send_local_mr to " + peer() + ": an empty local_slice");
+    auto a = agent_for("send_local_mr");
+    co_await state_->event_listener()->schedule();
+    co_await a->send_local_mr(std::move(region), lease, access);
+}
+
+task<remote_mr> connection::receive_remote_mr() {
+    auto a = agent_for("receive_remote_mr");
+    co_await state_->event_listener()->schedule();
+    co_return co_await a->receive_remote_mr();
+}
+
+task<void> connection::send_remote_mr(remote_mr region) {
+    auto a = agent_for("send_remote_mr");
+    co_await state_->event_listener()->schedule();
+    co_await a->send_remote_mr(std::move(region));
+}
+
+task<local_mr> connection::receive_local_mr() {
+    auto a = agent_for("receive_local_mr");
+    co_await state_->event_listener()->schedule();
+    co_return co_await a->receive_local_mr();
+}
+
+task<std::size_t> connection::revoke_local_mr(local_slice region) {
+    auto a = agent_for("revoke_local_mr");
+    co_await state_->event_listener()->schedule();
+    co_return co_await a->revoke(std::move(region));
+}
+
+}  // namespace cordma
