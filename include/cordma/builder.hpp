@@ -48,31 +48,46 @@ enum class endpoint_exchange {
     tcp,
 };
 
+/// Every connection setting. Each applies on both transports, to the queue
+/// pair of the side that set it (over rdma_cm too: cordma drives its QPs'
+/// state transitions itself), or connect/listen refuses it with an error
+/// naming the setting and the transport (tests/settings_test.cpp observes
+/// each with ibv_query_qp on both ends).
 struct CORDMA_API connection_settings {
     /// Device name ("" = the first device with an active port).
     std::string device;
-    /// Port on the device (0 = its first active port). rdma_cm picks its own.
+    /// Port on the device (0 = the first active one; over rdma_cm, the port
+    /// the address lives on, and any other is refused).
     std::uint8_t port = 0;
-    /// GID index (-1 = a RoCE v2 GID of the address family in use).
+    /// GID index (-1 = the RoCE v2 GID of the local address: IPv4-mapped for
+    /// IPv4). An explicit index must exist, be RoCE v2 and match the address
+    /// family; the error lists the usable ones.
     int gid_index = -1;
     /// Initial entries of the shared completion queues; they grow as
     /// connections are added.
     int cq_size = 1024;
     qp_capacity capacity{};
+    /// Path MTU cap; both sides use the smaller of their caps (and of the
+    /// ports' active MTUs).
     ibv_mtu path_mtu = IBV_MTU_4096;
+    /// Local ACK timeout code: 4.096 us * 2^timeout (14: about 67 ms).
     std::uint8_t timeout = 14;
+    /// Retransmissions before a work request fails with a retry error.
     std::uint8_t retry_count = 7;
-    /// Receiver-not-ready retries. Never 7 ("forever") by default.
+    /// Receiver-not-ready retries of this side's sends. Never 7 ("forever")
+    /// by default.
     std::uint8_t rnr_retry = 6;
-    /// How long a sender waits before retrying a peer that had no receive
-    /// posted, as the IB code (0 = 655 ms, 12 = 0.64 ms, 20 = 10 ms). Applied
-    /// with the TCP exchange; rdma_cm uses the kernel's default, which is 0,
-    /// so 0 here keeps both styles equally patient (about 4 s with rnr_retry 6).
+    /// How long a peer waits before retrying this side when no receive was
+    /// posted here, as the IB code (0 = 655 ms, 12 = 0.64 ms, 20 = 10 ms).
     std::uint8_t min_rnr_timer = 0;
-    /// What peers may do to memory through these connections.
+    /// What peers may do to memory through these connections (the QP's
+    /// access flags: a peer's RDMA WRITE fails if remote_write is missing,
+    /// whatever a grant allows).
     access_flags remote_access = access_flags::remote_write | access_flags::remote_read | access_flags::remote_atomic;
     polling_mode polling = polling_mode::event;
-    /// How long connect (and each accept handshake) may take in all.
+    /// The connect deadline: a refused connect (nothing listening yet) is
+    /// retried until it passes; the whole handshake, and each accept
+    /// handshake, must finish within it.
     std::chrono::milliseconds connect_timeout{10'000};
     endpoint_exchange exchange = endpoint_exchange::rdma_cm;
     /// What peers may take from this side through the memory-region agent.
@@ -109,10 +124,12 @@ public:
     /// parsed and resolved (and the device opened) in the call itself, so
     /// those errors throw at once; the handshake starts when awaited.
     /// Throws std::invalid_argument for an address that does not parse,
-    /// std::system_error for a host that does not resolve, a refused
-    /// connection (std::errc::connection_refused) or no answer within
-    /// connect_timeout (std::errc::timed_out), verbs_error for a device that
-    /// does not exist (listing those that do). The coroutine resumes on the
+    /// std::system_error for a host that does not resolve, a connection
+    /// still refused when connect_timeout runs out
+    /// (std::errc::connection_refused) or no answer within it
+    /// (std::errc::timed_out), std::invalid_argument for a setting that
+    /// cannot apply (naming it), verbs_error for a device that does not
+    /// exist (listing those that do). The coroutine resumes on the
     /// event listener thread.
     task<connection> connect(std::string address);
 
