@@ -24,8 +24,9 @@
 ///         33     3  reserved  zero
 ///
 /// "ready" waits until both QPs are in RTS, so neither side sends before the
-/// other can receive. The Asio side (io_context thread, sockets) lives in
-/// lib/tcp_exchange.cpp; this header carries no Asio.
+/// other can receive. The Asio side (io thread, sockets, handshake) lives in the
+/// other files of lib/connect/tcp/ (tcp_io.hpp explains them); this header
+/// carries no Asio.
 
 #include <array>
 #include <cstddef>

@@ -1,0 +1,173 @@
+#include "connect/tcp/tcp_acceptor.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <optional>
+#include <system_error>
+
+#include <asio/error.hpp>
+#include <asio/post.hpp>
+
+#include <cordma/error.hpp>
+
+#include "connect/connect.hpp"
+#include "connect/qp_settings.hpp"
+#include "connect/tcp/tcp_channel.hpp"
+#include "connect/tcp/tcp_handshake.hpp"
+#include "connect/tcp/tcp_io.hpp"
+#include "engine/listener_owned.hpp"
+
+namespace cordma::detail {
+
+using asio::ip::tcp;
+
+accepted_client::~accepted_client() {
+    if (fd >= 0)
+        ::close(fd);
+}
+
+void accept_io::close() noexcept {
+    asio::error_code ignored;
+    acceptor.close(ignored);
+    try {
+        retry.cancel();
+    } catch (const std::exception&) {
+    }
+}
+
+std::shared_ptr<tcp_acceptor> tcp_acceptor::make(std::shared_ptr<runtime> rt, connection_settings settings,
+                                                 const socket_address& where) {
+    auto listener = rt->event_listener;
+    std::shared_ptr<tcp_acceptor> self =
+        owned_by_listener_thread(std::move(listener), new tcp_acceptor(std::move(rt), std::move(settings), where));
+    asio::post(self->service_->context(),
+               [io = self->io_, listener = self->rt_->event_listener.get(), owner = self->weak_from_this()] {
+                   accept_next(io, listener, owner);
+               });
+    return self;
+}
+
+tcp_acceptor::~tcp_acceptor() { shut(); }
+
+task<connection> tcp_acceptor::accept(std::stop_token token) {
+    // Keeps us alive across the suspensions.
+    std::shared_ptr<tcp_acceptor> self = shared_from_this();
+    co_await rt_->event_listener->schedule();
+    for (;;) {
+        std::optional<std::shared_ptr<accepted_client>> client = co_await clients_->pop(token, "accept", address_);
+        if (!client)
+            throw disconnected_error("accept", address_, "the listener is closed");
+        std::string peer = (*client)->peer;
+        std::string failure;
+        try {
+            co_return co_await handshake(std::move(*client));
+        } catch (const std::exception& e) {
+            failure = e.what();
+        }
+        // The client gave up, timed out, is not a cordma peer or could
+        // not agree on the path: drop it and wait for the next.
+        std::fprintf(stderr, "cordma: listener %s: dropped a client from %s: %s\n", address_.c_str(), peer.c_str(),
+                     failure.c_str());
+    }
+}
+
+void tcp_acceptor::close() {
+    auto self = shared_from_this();
+    rt_->event_listener->post([self] { self->shut(); });
+}
+
+tcp_acceptor::tcp_acceptor(std::shared_ptr<runtime> rt, connection_settings settings, const socket_address& where)
+    : rt_(std::move(rt)), settings_(std::move(settings)), service_(&tcp_service::of(*rt_)),
+      io_(std::make_shared<accept_io>(service_->context())) {
+    std::string wanted = where.to_string();
+    tcp::endpoint endpoint = to_endpoint(where);
+    asio::error_code ec;
+    auto fail = [&](const char* call) {
+        throw std::system_error(ec, std::string(call) + "(" + wanted + ") for the TCP endpoint exchange");
+    };
+    if (io_->acceptor.open(endpoint.protocol(), ec); ec)
+        fail("socket");
+    if (io_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec); ec)
+        fail("setsockopt(SO_REUSEADDR)");
+    if (io_->acceptor.bind(endpoint, ec); ec)
+        fail("bind");
+    if (io_->acceptor.listen(128, ec); ec)
+        fail("listen");
+    tcp::endpoint bound = io_->acceptor.local_endpoint(ec);
+    if (ec)
+        fail("getsockname");
+    address_ = endpoint_string(bound);
+    // The settings are checked against the device now, so a bad one
+    // fails listen(), not every accept. (A wildcard address is checked
+    // per client, against the address that client reached.)
+    if (!bound.address().is_unspecified())
+        qp_options(settings_, *rt_->event_listener->device(), where.get(), 0, qp_role::data);
+}
+
+void tcp_acceptor::accept_next(std::shared_ptr<accept_io> io, event_listener* listener,
+                               std::weak_ptr<tcp_acceptor> owner) {
+    auto* raw = io.get();
+    raw->acceptor.async_accept([io = std::move(io), listener, owner](const asio::error_code& ec,
+                                                                     tcp::socket socket) mutable {
+        if (ec == asio::error::operation_aborted || !io->acceptor.is_open())
+            return;
+        if (ec) {
+            // Not this client's fault (out of descriptors, ...): try again
+            // shortly rather than spin.
+            io->retry.expires_after(std::chrono::milliseconds(100));
+            auto* again = io.get();
+            again->retry.async_wait([io = std::move(io), listener, owner](const asio::error_code& wait_ec) {
+                if (!wait_ec)
+                    accept_next(io, listener, owner);
+            });
+            return;
+        }
+        auto client = std::make_shared<accepted_client>();
+        asio::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        tcp::endpoint local = socket.local_endpoint(ignored);
+        client->protocol = local.protocol();
+        client->local = address_of(local);
+        client->peer = endpoint_string(socket.remote_endpoint(ignored));
+        client->fd = socket.release(ignored);
+        if (client->fd >= 0)
+            listener->post([owner, client] {
+                if (auto self = owner.lock())
+                    self->on_accepted(client);
+            });
+        accept_next(std::move(io), listener, std::move(owner));
+    });
+}
+
+void tcp_acceptor::on_accepted(std::shared_ptr<accepted_client> client) {
+    clients_->push(std::move(client));  // after close() it is dropped: the socket closes
+}
+
+task<connection> tcp_acceptor::handshake(std::shared_ptr<accepted_client> client) {
+    auto io = std::make_shared<tcp_io>(service_->context(), client->protocol, client->fd);
+    client->fd = -1;  // the socket owns it now
+    io->local = client->local;
+    auto channel = tcp_channel::make(rt_, io, client->peer);
+    start_deadline(*service_, io, settings_.connect_timeout);
+    co_return co_await exchange_endpoints(rt_, settings_, std::move(channel), client->peer,
+                                          "accept from " + client->peer);
+}
+
+void tcp_acceptor::shut() noexcept {
+    if (clients_->closed())
+        return;
+    clients_->close();  // the clients not taken are dropped: they read EOF
+    try {
+        asio::post(service_->context(), [io = io_] { io->close(); });
+    } catch (const std::exception&) {
+    }
+}
+
+listener listen_tcp(std::shared_ptr<runtime> rt, connection_settings settings, const socket_address& where) {
+    return listener_access::make(tcp_acceptor::make(std::move(rt), std::move(settings), where));
+}
+
+}  // namespace cordma::detail

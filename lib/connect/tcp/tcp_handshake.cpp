@@ -1,0 +1,121 @@
+#include "connect/tcp/tcp_handshake.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <system_error>
+
+#include <asio/buffer.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#include "connect/assemble.hpp"
+#include "connect/qp_settings.hpp"
+#include "connect/tcp/endpoint_message.hpp"
+#include "connect/tcp/tcp_channel.hpp"
+#include "connect/tcp/tcp_io.hpp"
+
+namespace cordma::detail {
+
+task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
+                                    std::shared_ptr<tcp_channel> channel, std::string peer, std::string who) {
+    tcp_service& service = channel->service();
+    event_listener& listener = *rt->event_listener;
+    std::shared_ptr<tcp_io> io = channel->io();
+    const auto& device = listener.device();
+    std::chrono::milliseconds limit = settings.connect_timeout;
+
+    qp_connect_options options = qp_options(settings, *device, io->local.get(), 0, qp_role::data);
+    qp_connect_options control_options = qp_options(settings, *device, io->local.get(), 0, qp_role::control);
+    auto qp = rt->create_qp(settings.capacity);
+    ibv_mtu mtu = std::min(options.mtu, device->query_port(options.port).active_mtu);
+    io->sent = encode_endpoint_message({qp->local_endpoint(options.port, options.gid_index), mtu});
+
+    check(co_await on_io(service, listener, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_write(io->socket, asio::buffer(io->sent), std::move(done));
+                         }),
+          who, limit, "sending our endpoint");
+    check(co_await on_io(service, listener, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_read(io->socket, asio::buffer(io->received), std::move(done));
+                         }),
+          who, limit, "waiting for the peer's endpoint");
+    endpoint_message remote;
+    try {
+        remote = decode_endpoint_message(io->received);
+    } catch (const std::invalid_argument& e) {
+        throw handshake_error(std::make_error_code(std::errc::protocol_error),
+                              who + ": malformed endpoint message from the peer: " + e.what());
+    }
+
+    // The agent's control QP: a second endpoint over the same socket, same
+    // format, so user traffic and agent traffic never share a receive queue.
+    auto control_qp = rt->create_qp(control_capacity);
+    io->sent = encode_endpoint_message({control_qp->local_endpoint(options.port, options.gid_index), mtu});
+    check(co_await on_io(service, listener, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_write(io->socket, asio::buffer(io->sent), std::move(done));
+                         }),
+          who, limit, "sending our agent endpoint");
+    check(co_await on_io(service, listener, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_read(io->socket, asio::buffer(io->received), std::move(done));
+                         }),
+          who, limit, "waiting for the peer's agent endpoint");
+    endpoint_message remote_control;
+    try {
+        remote_control = decode_endpoint_message(io->received);
+    } catch (const std::invalid_argument& e) {
+        throw handshake_error(std::make_error_code(std::errc::protocol_error),
+                              who + ": malformed agent endpoint message from the peer: " + e.what());
+    }
+    control_options.mtu = std::min(mtu, remote_control.mtu);
+    control_qp->connect(remote_control.endpoint, control_options);
+    options.mtu = std::min(mtu, remote.mtu);
+    qp->connect(remote.endpoint, options);
+
+    check(co_await on_io(service, listener, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_write(io->socket, asio::buffer(&io->ready_sent, 1), std::move(done));
+                         }),
+          who, limit, "telling the peer we are ready");
+    check(co_await on_io(service, listener, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_read(io->socket, asio::buffer(&io->ready_received, 1),
+                                              [io, done = std::move(done)](const asio::error_code& ec, std::size_t n) {
+                                                  // Decided here, on the io thread, so the
+                                                  // deadline cannot close a socket that
+                                                  // has just become the liveness channel.
+                                                  if (!ec && !io->timed_out) {
+                                                      io->settled = true;
+                                                      try {
+                                                          io->timer.cancel();
+                                                      } catch (const std::exception&) {
+                                                      }
+                                                  }
+                                                  done(ec, n);
+                                              });
+                         }),
+          who, limit, "waiting for the peer to be ready");
+    if (io->ready_received != ready_byte)
+        throw handshake_error(std::make_error_code(std::errc::protocol_error),
+                              who + ": malformed ready message from the peer: byte is " +
+                                  std::to_string(io->ready_received) + ", expected " + std::to_string(ready_byte) +
+                                  " ('R')");
+
+    connection conn = assemble([&] {
+        detail::connection_parts parts;
+        parts.event_listener = rt->event_listener;
+        parts.data = std::move(qp);
+        parts.peer = peer;
+        parts.watcher = std::move(channel);
+        parts.agent_pool = rt->pool;
+        parts.limits = settings.agent;
+        return parts;
+    }());
+    attach_control(conn, std::move(control_qp));
+    co_return conn;
+}
+
+}  // namespace cordma::detail

@@ -1,0 +1,27 @@
+#pragma once
+/// Both sides' half of the TCP endpoint exchange (the conversation is in
+/// endpoint_message.hpp), over a socket already connected or accepted.
+/// Threads and lifetimes: see tcp_io.hpp.
+
+#include <memory>
+#include <string>
+
+#include <cordma/builder.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/task.hpp>
+
+#include "connect/runtime.hpp"
+
+namespace cordma::detail {
+
+class tcp_channel;
+
+/// Event listener thread, both sides, over a connected socket whose deadline is
+/// running: create the QP, send our endpoint, read theirs, connect the QP,
+/// then exchange "ready". Throws handshake_error for what the peer or the
+/// network did wrong. `who` names this side's attempt in errors ("connect to
+/// 10.0.0.2:7471", "accept from 10.0.0.3:51234").
+task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
+                                    std::shared_ptr<tcp_channel> channel, std::string peer, std::string who);
+
+}  // namespace cordma::detail
