@@ -6,7 +6,11 @@
 #   CORDMA_ROOT, CORDMA_BUILD      the repo and its build directory
 #                                  (CORDMA_BUILD_DIR overrides build/)
 #   cordma_install_deps            tools/install-deps
-#   cordma_build                   meson setup (once) + meson compile
+#   cordma_build                   meson setup (once) + meson compile;
+#                                  CORDMA_WERROR=1 (set by .ci/run) adds
+#                                  -Dwerror=true, so any compiler warning
+#                                  fails the build (an existing build
+#                                  directory is switched with meson configure)
 #   cordma_find_device             a host RDMA device with an ACTIVE port
 #   cordma_run_rdma [--no-tty] CMD...
 #                                  CMD on that device, else inside tools/rxe-vm
@@ -34,19 +38,32 @@ cordma_install_deps() {
 }
 
 # Configures the build directory if it is not one yet, then compiles with as
-# many jobs as there are cores (CORDMA_JOBS overrides).
+# many jobs as there are cores (CORDMA_JOBS overrides).  With CORDMA_WERROR=1
+# warnings are errors (-Dwerror=true): CI sets it so that a change adding a
+# warning fails there, not later; without it an existing build directory
+# keeps whatever werror it had.
 cordma_build() {
   command -v meson >/dev/null 2>&1 || cordma_die "meson is not installed: run tools/install-deps."
+  local setup_args=()
+  case "${CORDMA_WERROR:-0}" in
+    1) setup_args+=(-Dwerror=true) ;;
+    0|'') ;;
+    *) cordma_die "CORDMA_WERROR must be 1 (warnings are errors) or 0, not '$CORDMA_WERROR'." ;;
+  esac
   if [ ! -f "$CORDMA_BUILD/meson-private/coredata.dat" ]; then
-    cordma_say "configuring $CORDMA_BUILD"
-    meson setup "$CORDMA_BUILD" "$CORDMA_ROOT" ||
+    cordma_say "configuring $CORDMA_BUILD${setup_args[*]:+ (${setup_args[*]})}"
+    meson setup "${setup_args[@]}" "$CORDMA_BUILD" "$CORDMA_ROOT" ||
       cordma_die "meson setup failed (see above). If $CORDMA_BUILD is not a meson build" \
                  "directory, remove it (rm -rf $CORDMA_BUILD) and try again."
+  elif [ ${#setup_args[@]} -gt 0 ]; then
+    cordma_say "reconfiguring $CORDMA_BUILD (${setup_args[*]})"
+    meson configure "$CORDMA_BUILD" "${setup_args[@]}" ||
+      cordma_die "meson configure $CORDMA_BUILD ${setup_args[*]} failed (see above)."
   fi
   local jobs=${CORDMA_JOBS:-$(nproc 2>/dev/null || echo 2)}
   cordma_say "compiling with $jobs jobs"
   meson compile -C "$CORDMA_BUILD" -j "$jobs" ||
-    cordma_die "the build failed (compiler errors above)."
+    cordma_die "the build failed (compiler errors above${setup_args[*]:+; with -Dwerror=true every warning is one})."
 }
 
 # Sets CORDMA_DEVICE (and CORDMA_ADDR, an IPv4 address of its netdev, maybe
