@@ -10,12 +10,20 @@
 //     2. receive_remote_mr: get the server's region, RDMA READ it, print it.
 //
 // ADDRESS is host:port on an RDMA device (e.g. 10.77.0.1:7472 inside
-// tools/rxe-vm). examples/mr_exchange/run.sh runs both.
+// tools/rxe-vm; the server may use port 0 for any free one, and prints the
+// address it listens on). The server gives up if no client comes within a
+// minute. examples/mr_exchange/run.sh runs both, starting the client once
+// the server says it is listening.
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
+#include <thread>
 
 #include <cordma/builder.hpp>
 #include <cordma/listener.hpp>
@@ -36,8 +44,17 @@ void expect(const char* got, const char* wanted, const char* who) {
         throw std::runtime_error(std::string(who) + ": expected \"" + wanted + "\", got \"" + got + "\"");
 }
 
-task<void> serve(builder& b, listener& l) {
-    connection conn = co_await l.accept();
+// How long the server waits for its client before giving up.
+constexpr auto accept_limit = std::chrono::seconds(60);
+
+task<void> serve(builder& b, listener& l, std::stop_token give_up) {
+    connection conn;
+    try {
+        conn = co_await l.accept(give_up);
+    } catch (const operation_cancelled&) {
+        throw std::runtime_error("no client connected within " + std::to_string(accept_limit.count()) +
+                                 " s; is the client pointed at " + l.address() + "?");
+    }
     std::printf("server: client %s connected\n", conn.peer().c_str());
 
     // 1. The client wrote into memory it asked us for, then handed it back.
@@ -95,7 +112,31 @@ int main(int argc, char** argv) try {
         listener l = b.listen(argv[2]);
         std::printf("server: listening on %s\n", l.address().c_str());
         std::fflush(stdout);
-        sync_wait(serve(b, l));
+        // A client that never comes: accept gives up after accept_limit.
+        std::stop_source give_up;
+        std::mutex mutex;
+        std::condition_variable served;
+        bool done = false;
+        std::thread watchdog([&] {
+            std::unique_lock lock(mutex);
+            if (!served.wait_for(lock, accept_limit, [&] { return done; }))
+                give_up.request_stop();
+        });
+        auto finish = [&] {
+            {
+                std::lock_guard lock(mutex);
+                done = true;
+            }
+            served.notify_one();
+            watchdog.join();
+        };
+        try {
+            sync_wait(serve(b, l, give_up.get_token()));
+        } catch (...) {
+            finish();
+            throw;
+        }
+        finish();
     } else {
         sync_wait(client(b, argv[2]));
     }
