@@ -4,7 +4,9 @@
 /// Every operation follows one contract:
 /// - It starts when co_awaited, not when called; calling it only checks the
 ///   arguments (slices are bounds-checked where they are made, and invalid
-///   arguments throw std::invalid_argument before anything is posted).
+///   arguments throw std::invalid_argument before anything is posted: sizes
+///   that differ, misaligned atomics, a remote slice whose access does not
+///   allow the operation, e.g. a write into a read-only grant).
 /// - The awaiting coroutine is resumed on the event listener thread, inline,
 ///   when the work completion arrives (run to completion: no thread hop).
 /// - Buffers: the operation shares ownership of the local regions it names
@@ -254,6 +256,7 @@ private:
     void check_sg_list(const char* call, std::span<const local_slice> sg_list, std::size_t limit) const;
     void check_remote_size(const char* call, std::size_t local, const remote_slice& remote) const;
     void check_atomic_target(const char* call, const remote_slice& remote) const;
+    void check_remote_access(const char* call, const remote_slice& remote, access_flags needed) const;
     std::shared_ptr<detail::agent> agent_for(const char* call) const;
 
     std::shared_ptr<detail::connection_state> state_;

@@ -72,7 +72,9 @@ public:
     local_slice slice(std::size_t offset) const { return slice(offset, offset <= size_ ? size_ - offset : 0); }
 
     /// This range as the peer must name it (needs remote access on the region).
-    remote_slice remote() const noexcept { return {reinterpret_cast<std::uint64_t>(data_), size_, block_->rkey}; }
+    remote_slice remote() const noexcept {
+        return {reinterpret_cast<std::uint64_t>(data_), size_, block_->rkey, block_->access};
+    }
 
 private:
     std::shared_ptr<detail::mr_block> block_;
@@ -134,8 +136,13 @@ public:
     /// A region of `size` bytes aligned to `alignment` (a power of two, at
     /// most 4096). Requests larger than the chunk size get a chunk of their
     /// own. Throws std::invalid_argument for size 0 or a bad alignment, and
-    /// verbs_error when registration fails.
+    /// verbs_error when registration fails. Its bytes are NOT cleared: they
+    /// are whatever the region's previous user left (fast, for buffers this
+    /// side fills); for memory a peer will see, use allocate_zeroed.
     local_mr allocate(std::size_t size, std::size_t alignment = 64);
+    /// As allocate, with every byte set to zero (the agent hands out only
+    /// such memory).
+    local_mr allocate_zeroed(std::size_t size, std::size_t alignment = 64);
 
     std::size_t bytes_in_use() const;
     std::size_t chunk_count() const;

@@ -33,6 +33,10 @@ public:
     operator remote_slice() const noexcept { return mr_; }
     remote_slice slice(std::uint64_t offset, std::uint64_t length) const { return mr_.slice(offset, length); }
     std::uint64_t size() const noexcept { return mr_.length; }
+    /// What the owner granted: the intersection of what was asked, what its
+    /// region allows and what its agent_limits and builder allow. Operations
+    /// outside it are refused before anything is posted.
+    access_flags access() const noexcept { return mr_.access; }
     /// After this the owner deregisters it: accesses fail with a remote
     /// access error.
     std::chrono::steady_clock::time_point deadline() const noexcept { return deadline_; }

@@ -1,7 +1,9 @@
 #pragma once
 /// A region of a peer's memory that this side may access: a plain copyable
-/// value (address, length, rkey) that travels over the wire.
+/// value (address, length, rkey, and the access the owner granted) that
+/// travels over the wire.
 
+#include <cordma/access.hpp>
 #include <cordma/export.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +17,12 @@ struct CORDMA_API remote_slice {
     std::uint64_t address = 0;
     std::uint64_t length = 0;
     std::uint32_t rkey = 0;
+    /// What the owner allows on it. A grant from the agent says exactly;
+    /// a slice made by hand from an address and rkey defaults to everything
+    /// (the owner's registration decides). Operations check it before
+    /// posting: a write to a slice without remote_write throws
+    /// std::invalid_argument, nothing reaches the wire.
+    access_flags access = access_flags::all;
 
     std::uint64_t size() const noexcept { return length; }
 

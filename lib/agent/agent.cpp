@@ -166,11 +166,11 @@ void agent::on_request(const proto::request_mr& m) {
         return deny(std::errc::too_many_files_open, "the peer already holds " + std::to_string(grants_.size()) +
                                                         " regions (agent_limits::max_regions)");
     if (!contains(limits_.allowed_access, access))
-        return deny(std::errc::permission_denied, "access " + to_string(access) + " is not allowed (agent_limits::allowed_access is " +
-                                                      to_string(limits_.allowed_access) + ")");
+        return deny(std::errc::permission_denied, "access " + to_string(access) + " is not allowed (agent_limits::allowed_access, with builder::remote_access, is " +
+                                                      to_string(limits_.allowed_access & remote_bits) + ")");
     try {
-        local_mr memory = pool_->allocate(m.size, m.alignment);
-        std::memset(memory.data(), 0, memory.size());
+        // Never a previous user's bytes.
+        local_mr memory = pool_->allocate_zeroed(m.size, m.alignment);
         proto::grant_mr g;
         g.request_id = m.request_id;
         add_grant(memory.all(), access, std::chrono::milliseconds(m.lease_ms), g);
@@ -219,7 +219,8 @@ void agent::drop_grant(std::uint64_t region_id, bool tell_peer) noexcept {
 }
 
 remote_mr agent::to_region(const proto::grant_mr& g) {
-    return remote_mr(weak_from_this(), g.region_id, remote_slice{g.address, g.length, g.rkey},
+    return remote_mr(weak_from_this(), g.region_id,
+                     remote_slice{g.address, g.length, g.rkey, static_cast<access_flags>(g.access) & remote_bits},
                          std::chrono::steady_clock::now() + std::chrono::milliseconds(g.lease_ms));
 }
 
@@ -299,9 +300,17 @@ task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds le
     if ((access & remote_bits) == access_flags::none)
         throw std::invalid_argument("send_local_mr to " + peer_ +
                                     ": access must include remote_read, remote_write or remote_atomic");
+    // Never more than the region allows, nor than this side lets peers have.
+    access_flags granted = access & region.block()->access & limits_.allowed_access & remote_bits;
+    if (granted == access_flags::none)
+        throw std::invalid_argument("send_local_mr to " + peer_ + ": nothing left to grant: asked " +
+                                    to_string(access & remote_bits) + ", the region allows " +
+                                    to_string(region.block()->access & remote_bits) +
+                                    ", agent_limits::allowed_access (with builder::remote_access) allows " +
+                                    to_string(limits_.allowed_access & remote_bits));
     co_await ready();
     proto::grant_mr g;
-    std::uint64_t id = add_grant(std::move(region), access, lease, g);
+    std::uint64_t id = add_grant(std::move(region), granted, lease, g);
     try {
         co_await send_message(g);
     } catch (...) {

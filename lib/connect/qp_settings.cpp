@@ -55,6 +55,12 @@ std::vector<usable_gid> usable_gids(const device_context& device, std::uint8_t p
     return out;
 }
 
+agent_limits agent_limits_for(const connection_settings& settings) {
+    agent_limits limits = settings.agent;
+    limits.allowed_access = limits.allowed_access & settings.remote_access;
+    return limits;
+}
+
 qp_connect_options qp_options(const connection_settings& s, const device_context& device, const sockaddr* local,
                               std::uint8_t cm_port, qp_role role) {
     qp_connect_options o;

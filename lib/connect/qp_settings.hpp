@@ -32,6 +32,11 @@ const char* to_string(endpoint_exchange how) noexcept;
 qp_connect_options qp_options(const connection_settings& settings, const device_context& device,
                               const sockaddr* local, std::uint8_t cm_port, qp_role role);
 
+/// What the agent may grant on a connection with these settings: its
+/// agent_limits, with allowed_access narrowed to what the QP lets peers do
+/// (builder::remote_access), so a grant never claims more than works.
+agent_limits agent_limits_for(const connection_settings& settings);
+
 /// A GID table entry fit for RoCE v2 connections of one address family.
 struct usable_gid {
     int index;

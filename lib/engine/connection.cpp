@@ -131,6 +131,13 @@ void connection::check_sg_list(const char* call, std::span<const local_slice> sg
                                         ": an empty local_slice (from a moved-from or default local_mr)");
 }
 
+void connection::check_remote_access(const char* call, const remote_slice& remote, access_flags needed) const {
+    if (!contains(remote.access, needed))
+        throw std::invalid_argument(std::string("connection::") + call + " to " + peer() + ": " + to_string(remote) +
+                                    " does not allow " + to_string(needed) +
+                                    " (the owner granted only that); nothing was posted");
+}
+
 void connection::check_remote_size(const char* call, std::size_t local, const remote_slice& remote) const {
     if (local != remote.length)
         throw std::invalid_argument(std::string("connection::") + call + " to " + peer() + ": local length " +
@@ -142,6 +149,7 @@ void connection::check_atomic_target(const char* call, const remote_slice& remot
     if (remote.length < 8 || remote.address % 8 != 0)
         throw std::invalid_argument(std::string("connection::") + call + " to " + peer() + ": target " +
                                     to_string(remote) + " must be an 8-byte aligned word of at least 8 bytes");
+    check_remote_access(call, remote, access_flags::remote_atomic);
 }
 
 namespace {
@@ -185,6 +193,7 @@ operation<void> connection::write(local_slice local, remote_slice remote, std::s
 operation<void> connection::write(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token) {
     check_sg_list("write", sg_list, checked_state("write").qp()->capacity().max_send_sge);
     check_remote_size("write", total_size(sg_list), remote);
+    check_remote_access("write", remote, access_flags::remote_write);
     return {&checked_state("write"), detail::op_kind::write, std::move(token), {.sg_list = sg_list, .remote = remote}};
 }
 
@@ -192,6 +201,7 @@ operation<void> connection::write_with_imm(local_slice local, remote_slice remot
                                            std::stop_token token) {
     check_sg_list("write_with_imm", {&local, 1}, checked_state("write_with_imm").qp()->capacity().max_send_sge);
     check_remote_size("write_with_imm", local.size(), remote);
+    check_remote_access("write_with_imm", remote, access_flags::remote_write);
     return {&checked_state("write_with_imm"), detail::op_kind::write_with_imm, std::move(token),
             {.sg_list = {&local, 1}, .remote = remote, .imm = imm}};
 }
@@ -203,6 +213,7 @@ operation<void> connection::read(local_slice local, remote_slice remote, std::st
 operation<void> connection::read(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token) {
     check_sg_list("read", sg_list, checked_state("read").qp()->capacity().max_send_sge);
     check_remote_size("read", total_size(sg_list), remote);
+    check_remote_access("read", remote, access_flags::remote_read);
     return {&checked_state("read"), detail::op_kind::read, std::move(token), {.sg_list = sg_list, .remote = remote}};
 }
 

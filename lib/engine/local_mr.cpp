@@ -1,5 +1,7 @@
 #include <cordma/local_mr.hpp>
 
+#include <cstring>
+
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -56,6 +58,12 @@ memory_pool::~memory_pool() {
         c.registration = memory_region();
         std::free(c.memory);
     }
+}
+
+local_mr memory_pool::allocate_zeroed(std::size_t size, std::size_t alignment) {
+    local_mr region = allocate(size, alignment);
+    std::memset(region.data(), 0, region.size());
+    return region;
 }
 
 local_mr memory_pool::allocate(std::size_t size, std::size_t alignment) {

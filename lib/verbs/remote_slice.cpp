@@ -9,20 +9,24 @@ namespace cordma {
 
 std::string to_string(const remote_slice& region) {
     char text[96];
-    std::snprintf(text, sizeof text, "remote_slice{address=0x%llx, length=%llu, rkey=0x%x}",
+    std::snprintf(text, sizeof text, "remote_slice{address=0x%llx, length=%llu, rkey=0x%x",
                   static_cast<unsigned long long>(region.address), static_cast<unsigned long long>(region.length),
                   region.rkey);
-    return text;
+    std::string out = text;
+    if (region.access != access_flags::all)
+        out += ", access=" + to_string(region.access & (access_flags::remote_read | access_flags::remote_write |
+                                                        access_flags::remote_atomic));
+    return out + "}";
 }
 
 remote_slice remote_slice::slice(std::uint64_t offset, std::uint64_t slice_length) const {
     detail::check_slice(length, offset, slice_length, [this] { return to_string(*this); });
-    return {address + offset, slice_length, rkey};
+    return {address + offset, slice_length, rkey, access};
 }
 
 remote_slice remote_slice::slice(std::uint64_t offset) const {
     detail::check_slice(length, offset, 0, [this] { return to_string(*this); });
-    return {address + offset, length - offset, rkey};
+    return {address + offset, length - offset, rkey, access};
 }
 
 }  // namespace cordma

@@ -142,7 +142,7 @@ task<connection> cm_acceptor::accept(std::stop_token token) {
         parts.peer = std::move(peer);
         parts.watcher = std::move(cm);
         parts.agent_pool = request->hello ? rt_->pool : nullptr;
-        parts.limits = settings_.agent;
+        parts.limits = agent_limits_for(settings_);
         return parts;
     }());
             if (request->hello)  // a cordma client: its agent's control QP follows

@@ -46,7 +46,7 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
         parts.peer = std::move(peer);
         parts.watcher = std::move(data->cm);
         parts.agent_pool = rt->pool;
-        parts.limits = settings.agent;
+        parts.limits = agent_limits_for(settings);
         parts.reopen = [rt, settings, where] { return connect_rdma_cm(rt, settings, where); };
         return parts;
     }());

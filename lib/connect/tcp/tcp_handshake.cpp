@@ -111,7 +111,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
         parts.peer = peer;
         parts.watcher = std::move(channel);
         parts.agent_pool = rt->pool;
-        parts.limits = settings.agent;
+        parts.limits = agent_limits_for(settings);
         return parts;
     }());
     attach_control(conn, std::move(control_qp));
