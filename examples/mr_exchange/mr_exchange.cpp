@@ -103,6 +103,9 @@ task<void> client(builder& b, std::string address) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+    // Line by line, also into a pipe: run.sh starts the client the moment
+    // it reads the server's "listening on" line.
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
     if (argc != 3 || (std::string(argv[1]) != "server" && std::string(argv[1]) != "client")) {
         std::fprintf(stderr, "usage: mr_exchange server|client HOST:PORT\n");
         return 2;
@@ -111,32 +114,19 @@ int main(int argc, char** argv) try {
     if (std::string(argv[1]) == "server") {
         listener l = b.listen(argv[2]);
         std::printf("server: listening on %s\n", l.address().c_str());
-        std::fflush(stdout);
-        // A client that never comes: accept gives up after accept_limit.
+        // A client that never comes: the watchdog stops `give_up` after
+        // accept_limit, and accept throws operation_cancelled. When serve()
+        // ends first, the jthread's destructor wakes and joins it.
         std::stop_source give_up;
-        std::mutex mutex;
-        std::condition_variable served;
-        bool done = false;
-        std::thread watchdog([&] {
+        std::jthread watchdog([&give_up](std::stop_token served) {
+            std::mutex mutex;
+            std::condition_variable_any wake;
             std::unique_lock lock(mutex);
-            if (!served.wait_for(lock, accept_limit, [&] { return done; }))
+            wake.wait_for(lock, served, accept_limit, [] { return false; });
+            if (!served.stop_requested())
                 give_up.request_stop();
         });
-        auto finish = [&] {
-            {
-                std::lock_guard lock(mutex);
-                done = true;
-            }
-            served.notify_one();
-            watchdog.join();
-        };
-        try {
-            sync_wait(serve(b, l, give_up.get_token()));
-        } catch (...) {
-            finish();
-            throw;
-        }
-        finish();
+        sync_wait(serve(b, l, give_up.get_token()));
     } else {
         sync_wait(client(b, argv[2]));
     }

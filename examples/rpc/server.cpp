@@ -1,13 +1,23 @@
 // rpc_server: answers requests from many clients at once, over RDMA
 // SEND/RECV (the wire format and the credit rule are in protocol.hpp).
 //
-// Usage: rpc_server ADDRESS [--depth N] [--clients N]
+// Usage: rpc_server ADDRESS [--depth N] [--clients N] [--accept-timeout S]
 //   ADDRESS      where to listen: "ip:port", ip an address of an RDMA device
-//                (or 0.0.0.0), port an rdma_cm port (not a TCP one)
+//                (or 0.0.0.0), port an rdma_cm port (not a TCP one; 0: any
+//                free port)
 //   --depth N    receives kept posted per client = the credits it is given:
 //                how many requests it may have outstanding (default 64)
 //   --clients N  exit once N clients have come and gone (default: serve
 //                until killed)
+//   --accept-timeout S
+//                give up waiting for the next client after S seconds: stop
+//                accepting, let the clients already connected finish, and
+//                exit; with status 1 if --clients N was given and fewer came
+//                (default: wait for clients as long as it takes)
+//
+// Once it listens it prints "rpc_server: listening on IP:PORT" (the port it
+// got, if ADDRESS asked for 0): a script can start its clients when that line
+// arrives (examples/rpc/demo.sh does).
 //
 // Everything runs on the builder's event listener thread, one coroutine per
 // job:
@@ -23,16 +33,20 @@
 
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
+#include <stop_token>
 #include <string>
 #include <string_view>
 
 #include <cordma/builder.hpp>
 #include <cordma/error.hpp>
+#include <cordma/event_listener.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
@@ -115,6 +129,7 @@ bool client_left(const std::exception_ptr& error) {
 struct totals {
     std::uint64_t clients = 0;
     std::uint64_t calls = 0;
+    bool gave_up = false;  // --accept-timeout ran out waiting for a client
 };
 
 /// What the workers of one client share. Listener thread only.
@@ -207,17 +222,56 @@ task<void> session(connection conn, std::shared_ptr<memory_pool> pool, std::uint
 struct options {
     std::string address;
     std::uint32_t depth = 64;
-    std::uint64_t clients = 0;  // 0: forever
+    std::uint64_t clients = 0;                // 0: forever
+    std::chrono::seconds accept_timeout{0};  // 0: wait as long as it takes
 };
 
-task<totals> serve(listener l, std::shared_ptr<memory_pool> pool, options opt) {
+/// A token for one accept: stopped after `limit` (never, if it is 0), unless
+/// the deadline is destroyed first. Event listener thread only: the timer is
+/// the event listener's.
+class accept_deadline {
+public:
+    accept_deadline(event_listener& events, std::chrono::seconds limit) {
+        if (limit.count() > 0)
+            timer_ = events.call_after(limit, [source = give_up_]() mutable { source.request_stop(); });
+    }
+    accept_deadline(const accept_deadline&) = delete;
+    accept_deadline& operator=(const accept_deadline&) = delete;
+    ~accept_deadline() {
+        if (timer_)
+            timer_->cancel();
+    }
+
+    std::stop_token token() const noexcept { return give_up_.get_token(); }
+
+private:
+    std::stop_source give_up_;
+    std::shared_ptr<event_listener::timer> timer_;
+};
+
+task<totals> serve(listener l, std::shared_ptr<event_listener> events, std::shared_ptr<memory_pool> pool,
+                   options opt) {
     const handler handler_fn = handle;
     totals total;
     task_group sessions;
+    co_await events->schedule();  // from here on: the event listener thread, where its timers are set
     while (opt.clients == 0 || total.clients < opt.clients) {
         connection conn;
         try {
-            conn = co_await l.accept();
+            accept_deadline deadline(*events, opt.accept_timeout);
+            conn = co_await l.accept(deadline.token());
+        } catch (const operation_cancelled&) {
+            total.gave_up = true;  // no client came within --accept-timeout
+            if (total.clients == 0)
+                say("no client connected within " + std::to_string(opt.accept_timeout.count()) +
+                    " s; is the client pointed at " + l.address() + "?");
+            else
+                say("no further client within " + std::to_string(opt.accept_timeout.count()) + " s" +
+                    (opt.clients ? " (" + std::to_string(total.clients) + " of " + std::to_string(opt.clients) +
+                                       " came)"
+                                 : std::string()) +
+                    "; exiting once the connected ones have left");
+            break;
         } catch (const disconnected_error&) {
             break;  // the listener was closed
         } catch (const std::exception& e) {
@@ -244,6 +298,9 @@ options parse_options(int argc, char** argv) {
             opt.depth = static_cast<std::uint32_t>(rpc::parse_number(arg, i + 1 < argc ? argv[++i] : nullptr, 1, 1024));
         else if (arg == "--clients")
             opt.clients = rpc::parse_number(arg, i + 1 < argc ? argv[++i] : nullptr, 1, UINT64_MAX);
+        else if (arg == "--accept-timeout")
+            opt.accept_timeout = std::chrono::seconds(
+                rpc::parse_number(arg, i + 1 < argc ? argv[++i] : nullptr, 1, 365 * 24 * 3600));
         else if (arg.starts_with("-"))
             throw rpc::usage_error("unknown option '" + std::string(arg) + "'");
         else if (opt.address.empty())
@@ -263,7 +320,7 @@ int main(int argc, char** argv) {
     try {
         opt = parse_options(argc, argv);
     } catch (const rpc::usage_error& e) {
-        std::fprintf(stderr, "rpc_server: %s\nusage: rpc_server ADDRESS [--depth N] [--clients N]\n", e.what());
+        std::fprintf(stderr, "rpc_server: %s\nusage: rpc_server ADDRESS [--depth N] [--clients N] [--accept-timeout S]\n", e.what());
         return 2;
     }
     try {
@@ -273,9 +330,10 @@ int main(int argc, char** argv) {
         listener l = b.listen(opt.address);
         say("listening on " + l.address() +
             (opt.clients ? "; exiting after " + std::to_string(opt.clients) + " client(s)" : std::string()));
-        totals total = sync_wait(serve(l, b.pool(), opt));
+        totals total = sync_wait(serve(l, b.event_listener(), b.pool(), opt));
         say("served " + std::to_string(total.clients) + " client(s), " + std::to_string(total.calls) + " calls");
-        return 0;
+        // Giving up is a failure only if clients were expected and did not come.
+        return total.gave_up && opt.clients != 0 && total.clients < opt.clients ? 1 : 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "rpc_server: %s\n", e.what());
         return 1;
