@@ -58,16 +58,17 @@ done
 while IFS= read -r h; do
   rel=${h#"$incdir"/}
   [ -f "$src/include/cordma/$rel" ] || fail "cordma/$rel was installed, but is not a public header in include/cordma"
-done < <(find "$incdir" -type f)
+done <<< "$(find "$incdir" -type f)"
 while IFS= read -r h; do
   name=$(basename "$h")
   [ ! -e "$incdir/$name" ] && [ ! -e "$incdir/detail/$name" ] ||
     fail "the private header lib/${h#"$src"/lib/} was installed as cordma/$name"
-done < <(find "$src/lib" -name '*.hpp')
+done <<< "$(find "$src/lib" -name '*.hpp')"
 step "installed: ${pc#"$dest"}, ${lib#"$dest"}, ${incdir#"$dest"}/ ($(find "$incdir" -type f | wc -l) public headers)"
 
 # 2b. Every installed header compiles on its own (includes what it uses),
-# against the installed tree alone.
+# against the installed tree alone. (Here-strings, not process
+# substitution: tools/rxe-vm's guest has no /dev/fd.)
 while IFS= read -r h; do
   rel=${h#"$incdir"/}
   printf '#include <cordma/%s>\n#include <cordma/%s>\nint main() {}\n' "$rel" "$rel" > "$tmp/self.cpp"
@@ -75,7 +76,7 @@ while IFS= read -r h; do
     cat "$tmp/self.log" >&2
     fail "the installed header <cordma/$rel> does not compile on its own (output above)"
   fi
-done < <(find "$incdir" -name '*.hpp' | sort)
+done <<< "$(find "$incdir" -name '*.hpp' | sort)"
 step "every installed header compiles on its own"
 
 # 2c. The library exports cordma's public API only: no Asio, and of
