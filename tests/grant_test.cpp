@@ -131,3 +131,43 @@ TEST_CASE("requested memory never shows a previous user's bytes", "[grant]") {
             std::this_thread::sleep_for(5ms);
     }
 }
+
+TEST_CASE("a lease that ends is an ordinary outcome, even racing a hand-back", "[grant]") {
+    auto how = GENERATE(endpoint_exchange::rdma_cm, endpoint_exchange::tcp);
+    INFO("transport: " << name(how));
+    pair_of_peers p(how);
+    local_mr region = p.server_side.pool()->allocate(64);
+
+    SECTION("the owner's word ends the grant; handing it back then says so") {
+        sync_wait(p.server.send_local_mr(region.all(), 100ms));
+        remote_mr granted = sync_wait(p.client.receive_remote_mr());
+        auto deadline = std::chrono::steady_clock::now() + 5s;
+        while (!granted.expired() && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(5ms);
+        REQUIRE(granted.expired());
+        CHECK_THROWS_MATCHES(sync_wait(p.client.send_remote_mr(std::move(granted))), std::system_error,
+                             Catch::Predicate<std::system_error>([](const std::system_error& e) {
+                                 INFO(e.what());
+                                 return e.code() == std::errc::timed_out &&
+                                        std::string(e.what()).find("lease expired") != std::string::npos;
+                             }));
+    }
+    SECTION("hand-backs crossing the expiry on the wire leave the connection up") {
+        for (int i = 0; i < 20; ++i) {
+            sync_wait(p.server.send_local_mr(region.all(), 20ms));
+            remote_mr granted = sync_wait(p.client.receive_remote_mr());
+            std::this_thread::sleep_for(std::chrono::milliseconds(15 + i % 10));
+            try {
+                sync_wait(p.client.send_remote_mr(std::move(granted)));
+            } catch (const std::system_error& e) {
+                INFO(e.what());
+                CHECK(e.code() == std::errc::timed_out);
+            }
+        }
+    }
+    // Both sides still work.
+    CHECK_FALSE(p.client.is_broken());
+    CHECK_FALSE(p.server.is_broken());
+    remote_mr after = sync_wait(p.client.request_remote_mr(64));
+    CHECK(after.size() == 64);
+}

@@ -5,6 +5,7 @@
 /// hands it back instead.
 
 #include <cordma/export.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -37,25 +38,33 @@ public:
     /// region allows and what its agent_limits and builder allow. Operations
     /// outside it are refused before anything is posted.
     access_flags access() const noexcept { return mr_.access; }
-    /// After this the owner deregisters it: accesses fail with a remote
-    /// access error.
+    /// About when the owner ends it, by this side's clock: the lease the
+    /// owner granted, counted from when the grant arrived (so a little
+    /// later than the owner's own deadline). For the owner's word, see
+    /// expired().
     std::chrono::steady_clock::time_point deadline() const noexcept { return deadline_; }
+    /// True once the owner has ended the grant (its lease ran out by the
+    /// owner's clock, or it revoked it) and told us so: accesses now fail
+    /// with a remote access error, and send_remote_mr throws. No clocks are
+    /// compared: the owner's word arrives as a message. Any thread.
+    bool expired() const noexcept { return ended_ && ended_->load(std::memory_order_acquire); }
     std::uint64_t id() const noexcept { return region_id_; }
 
-    /// For the agent.
+private:
+    friend class detail::agent;
     remote_mr(std::weak_ptr<detail::agent> agent, std::uint64_t region_id, remote_slice mr,
-                  std::chrono::steady_clock::time_point deadline) noexcept
-        : agent_(std::move(agent)), region_id_(region_id), mr_(mr), deadline_(deadline) {}
+              std::chrono::steady_clock::time_point deadline, std::shared_ptr<std::atomic<bool>> ended) noexcept
+        : agent_(std::move(agent)), region_id_(region_id), mr_(mr), deadline_(deadline), ended_(std::move(ended)) {}
     /// Gives up the region without telling the owner (it was handed back).
     std::uint64_t disown() noexcept;
-
-private:
     void release() noexcept;
 
     std::weak_ptr<detail::agent> agent_;
     std::uint64_t region_id_ = 0;
     remote_slice mr_{};
     std::chrono::steady_clock::time_point deadline_{};
+    // Set by our agent when the owner's revoke_mr arrives.
+    std::shared_ptr<std::atomic<bool>> ended_;
 };
 
 }  // namespace cordma

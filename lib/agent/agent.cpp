@@ -131,9 +131,15 @@ void agent::handle(const proto::message& m) {
                 waiter->set(msg);
             } else if constexpr (std::is_same_v<T, proto::return_mr>) {
                 auto it = grants_.find(msg.region_id);
-                if (it == grants_.end())
+                if (it == grants_.end()) {
+                    // A hand-back that crossed the grant's end (lease expiry
+                    // or revoke) on the wire: ordinary, the region is freed
+                    // already. Only an id never granted is a violation.
+                    if (msg.region_id != 0 && msg.region_id < next_region_id_)
+                        return;
                     throw proto::protocol_error("return_mr of region " + std::to_string(msg.region_id) +
                                                 ", which this side never granted");
+                }
                 local_mr back(it->second.memory.block());
                 drop_grant(msg.region_id, false);
                 incoming_local_->push(std::move(back));
@@ -143,6 +149,11 @@ void agent::handle(const proto::message& m) {
             } else if constexpr (std::is_same_v<T, proto::revoke_mr>) {
                 // The owner cut us off; accesses now fail with a remote access
                 // error, and the region's drop need not tell the owner.
+                if (auto held = held_.find(msg.region_id); held != held_.end()) {
+                    if (auto ended = held->second.lock())
+                        ended->store(true, std::memory_order_release);
+                    held_.erase(held);
+                }
             }
         },
         m);
@@ -219,9 +230,11 @@ void agent::drop_grant(std::uint64_t region_id, bool tell_peer) noexcept {
 }
 
 remote_mr agent::to_region(const proto::grant_mr& g) {
+    auto ended = std::make_shared<std::atomic<bool>>(false);
+    held_[g.region_id] = ended;
     return remote_mr(weak_from_this(), g.region_id,
                      remote_slice{g.address, g.length, g.rkey, static_cast<access_flags>(g.access) & remote_bits},
-                         std::chrono::steady_clock::now() + std::chrono::milliseconds(g.lease_ms));
+                         std::chrono::steady_clock::now() + std::chrono::milliseconds(g.lease_ms), std::move(ended));
 }
 
 void agent::release_held(std::uint64_t region_id) noexcept {
@@ -231,8 +244,10 @@ void agent::release_held(std::uint64_t region_id) noexcept {
         if (!listener)
             return;
         listener->post([weak, region_id] {
-            if (auto self = weak.lock())
+            if (auto self = weak.lock()) {
+                self->held_.erase(region_id);
                 self->send_detached(proto::release_mr{region_id});
+            }
         });
     } catch (...) {
         // Out of memory: the lease frees the region instead.
@@ -329,9 +344,15 @@ task<remote_mr> agent::receive_remote_mr() {
 
 task<void> agent::send_remote_mr(remote_mr region) {
     auto self = shared_from_this();
-    std::uint64_t id = region.disown();
-    if (id == 0)
+    if (!region)
         throw std::invalid_argument("send_remote_mr to " + peer_ + ": an empty remote_mr (moved from?)");
+    if (region.expired())
+        throw std::system_error(std::make_error_code(std::errc::timed_out),
+                                "send_remote_mr to " + peer_ + ": region " + std::to_string(region.id()) +
+                                    " cannot be handed back: the owner ended the grant (its lease expired, or it "
+                                    "was revoked) and has freed it already; the connection is fine");
+    std::uint64_t id = region.disown();
+    held_.erase(id);
     co_await send_message(proto::return_mr{id});
 }
 

@@ -4,6 +4,7 @@
 /// limits) and what it holds, over the connection's control queue pair.
 /// Event listener thread only.
 
+#include <atomic>
 #include <chrono>
 #include <coroutine>
 #include <cstdint>
@@ -122,6 +123,9 @@ private:
 
     std::uint32_t next_request_id_ = 1;
     std::uint64_t next_region_id_ = 1;
+    // Regions the peer granted us, still held: their "ended" flags, set
+    // when the owner's revoke_mr arrives (remote_mr::expired()).
+    std::map<std::uint64_t, std::weak_ptr<std::atomic<bool>>> held_;
     std::map<std::uint32_t, std::shared_ptr<handoff<agent_protocol::message>>> requests_;
     std::map<std::uint64_t, grant> grants_;
     std::size_t granted_bytes_ = 0;

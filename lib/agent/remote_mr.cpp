@@ -10,7 +10,7 @@ namespace cordma {
 
 remote_mr::remote_mr(remote_mr&& other) noexcept
     : agent_(std::move(other.agent_)), region_id_(std::exchange(other.region_id_, 0)), mr_(other.mr_),
-      deadline_(other.deadline_) {}
+      deadline_(other.deadline_), ended_(std::move(other.ended_)) {}
 
 remote_mr& remote_mr::operator=(remote_mr&& other) noexcept {
     if (this != &other) {
@@ -19,6 +19,7 @@ remote_mr& remote_mr::operator=(remote_mr&& other) noexcept {
         region_id_ = std::exchange(other.region_id_, 0);
         mr_ = other.mr_;
         deadline_ = other.deadline_;
+        ended_ = std::move(other.ended_);
     }
     return *this;
 }
