@@ -151,17 +151,33 @@ TEST_CASE("remote_access limits what the peer may do through the connection, on 
     client_side.exchange(how);
     listener l = server_side.listen(any_port());
     auto [server, client] = sync_wait(when_all(l.accept(), client_side.connect(l.address())));
-    // The agent grants read and write on the region; the connection allows
-    // only reads.
-    remote_mr region = sync_wait(client.request_remote_mr(64, 64, 10s, access_flags::remote_read | access_flags::remote_write));
-    CHECK(sync_wait(fill_then_read(client, client_side.pool(), region.all())) == 0);
+    // The agent grants nothing the connection would not let through.
+    CHECK_THROWS_WITH(sync_wait(client.request_remote_mr(64, 64, 10s, access_flags::remote_read | access_flags::remote_write)),
+                      Catch::Contains("builder::remote_access"));
+    // And the QP itself refuses a write, whatever the memory allows: the
+    // server's pool memory is registered for every access; its address and
+    // rkey go to the client by SEND, and the client builds the slice by hand.
+    local_mr target = server_side.pool()->allocate(64);
+    std::memset(target.data(), 0, 64);
+    local_mr description = server_side.pool()->allocate(sizeof(remote_slice));
+    remote_slice where = target.remote();
+    std::memcpy(description.data(), &where, sizeof where);
+    local_mr arrived = client_side.pool()->allocate(sizeof(remote_slice));
+    sync_wait(when_all(client.recv(arrived.all()), server.send(description.all())));
+    remote_slice by_hand;
+    std::memcpy(&by_hand, arrived.data(), sizeof by_hand);
+    REQUIRE(contains(by_hand.access, access_flags::remote_write));
+    CHECK(sync_wait(fill_then_read(client, client_side.pool(), by_hand)) == 0);
     local_mr data = client_side.pool()->allocate(8);
     std::memset(data.data(), 0x5a, 8);
-    CHECK_THROWS_MATCHES(sync_wait(client.write(data.all(), region.slice(0, 8))), work_completion_error,
+    CHECK_THROWS_MATCHES(sync_wait(client.write(data.all(), by_hand.slice(0, 8))), work_completion_error,
                          Catch::Predicate<work_completion_error>([](const work_completion_error& e) {
                              INFO(e.what());
                              return e.status() == IBV_WC_REM_ACCESS_ERR || e.status() == IBV_WC_REM_INV_REQ_ERR;
                          }));
+    std::uint64_t untouched = 0;
+    std::memcpy(&untouched, target.data(), 8);
+    CHECK(untouched == 0);
 }
 
 TEST_CASE("rnr_retry applies to the side that set it, on both transports", "[settings]") {
