@@ -26,15 +26,21 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
     cm_hello hello;
     hello.token = random_token();
     std::optional<cm_link> data;
+    std::exception_ptr refused;  // the last definite answer, if any
     for (auto backoff = std::chrono::milliseconds(10);; backoff = std::min(backoff * 2, std::chrono::milliseconds(200))) {
         try {
             data = co_await cm_connect_qp(rt, settings, where, qp_role::data, hello, deadline);
             break;
         } catch (const std::system_error& e) {
+            // The deadline ran out during a retry after the peer refused:
+            // what the caller needs to hear is the refusal.
+            if (e.code() == std::errc::timed_out && refused)
+                std::rethrow_exception(refused);
             // Nothing listening yet: a server started at the same time as
             // its client is not up yet. Try again until the deadline.
             if (e.code() != std::errc::connection_refused || std::chrono::steady_clock::now() + backoff >= deadline)
                 throw;
+            refused = std::current_exception();
         }
         co_await after(*rt->event_listener, backoff);
     }
