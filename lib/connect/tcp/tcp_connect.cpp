@@ -29,6 +29,7 @@ task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings se
     co_await rt->event_listener->schedule();
     tcp_service& service = tcp_service::of(*rt);
     auto deadline = std::chrono::steady_clock::now() + settings.connect_timeout;
+    bool refused_before = false;  // the last definite answer was a refusal
     for (auto backoff = std::chrono::milliseconds(10);; backoff = std::min(backoff * 2, std::chrono::milliseconds(200))) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         auto io = std::make_shared<tcp_io>(service.context());
@@ -45,13 +46,16 @@ task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings se
                     done(ec);
                 });
             });
-        if (!connected.timed_out && connected.ec == asio::error::connection_refused) {
-            // Nothing listening yet (a server started with its client): try
-            // again until the connect deadline.
-            if (std::chrono::steady_clock::now() + backoff < deadline) {
-                co_await after(*rt->event_listener, backoff);
-                continue;
-            }
+        bool refused = !connected.timed_out && connected.ec == asio::error::connection_refused;
+        // Nothing listening yet (a server started with its client): try
+        // again until the connect deadline. A deadline that runs out during
+        // a retry after a refusal reports the refusal, as over rdma_cm.
+        if (refused && std::chrono::steady_clock::now() + backoff < deadline) {
+            refused_before = true;
+            co_await after(*rt->event_listener, backoff);
+            continue;
+        }
+        if (refused || (connected.timed_out && refused_before)) {
             throw handshake_error(std::make_error_code(std::errc::connection_refused),
                                   who + ": connection refused until builder::connect_timeout ran out (nothing "
                                         "listens on that TCP port; does the peer's builder use "
