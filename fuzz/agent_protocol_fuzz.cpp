@@ -59,8 +59,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);
     ap::message m;
+    std::uint16_t acked = 0;
     try {
-        m = ap::decode(in);
+        auto f = ap::decode_frame(in);
+        m = std::move(f.body);
+        acked = f.acked;
     } catch (const ap::protocol_error&) {
         return 0;
     } catch (const std::exception& e) {
@@ -70,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::byte out[ap::max_message_size];
     std::size_t n = 0;
     try {
-        n = ap::encode(m, out);
+        n = ap::encode(m, out, acked);
     } catch (const std::exception& e) {
         die("decode accepted a message that encode refuses", e.what());
     }

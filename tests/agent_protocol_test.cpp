@@ -53,19 +53,31 @@ bytes raw_wire(const message& m) {
                    },
                    [&](const deny_mr& d) { body.u32(d.request_id).u32(d.code).u16(d.reason.size()).str(d.reason); },
                    [&](const return_mr& r) { body.u64(r.region_id); },
-                   [&](const release_mr& r) { body.u64(r.region_id); },
+                   [&](const release_mr& r) {
+                       body.u16(r.region_ids.size());
+                       for (auto id : r.region_ids)
+                           body.u64(id);
+                   },
                    [&](const revoke_mr& r) { body.u64(r.region_id); },
+                   [&](const ack&) {},
                },
                m);
     raw out;
-    out.u16(0x4341).u8(1).u8(m.index() + 1).u16(body.b.size()).u16(0);
+    out.u16(0x4341).u8(2).u8(m.index() + 1).u16(body.b.size()).u16(0);
     out.b.insert(out.b.end(), body.b.begin(), body.b.end());
     return out.b;
 }
 
-bytes wire(const message& m) {
+bytes wire(const message& m, std::uint16_t acked = 0) {
     bytes out(max_message_size);
-    out.resize(encode(m, out));
+    out.resize(encode(m, out, acked));
+    return out;
+}
+
+std::vector<std::uint64_t> ids(std::size_t n) {
+    std::vector<std::uint64_t> out;
+    for (std::size_t i = 1; i <= n; ++i)
+        out.push_back(i * 0x0101010101010101);
     return out;
 }
 
@@ -89,8 +101,10 @@ std::vector<message> samples() {
         deny_mr{1, 105, std::string(max_reason_length, 'x')},
         deny_mr{2, 12, "mémoire épuisée — 内存不足 🙂"},
         return_mr{1},
-        release_mr{0xffffffffffffffff},
+        release_mr{{0xffffffffffffffff}},
+        release_mr{ids(max_release_batch)},
         revoke_mr{42},
+        ack{},
     };
 }
 
@@ -126,7 +140,7 @@ TEST_CASE("every message type survives encode then decode unchanged", "[agent_pr
 TEST_CASE("the wire layout is the documented one, in network byte order", "[agent_protocol]") {
     SECTION("request_mr: 8-byte header and a 24-byte body") {
         CHECK(wire(request_mr{0x01020304, 0x10000, 64, 30000, 6}) ==
-              hex_bytes({0x43, 0x41, 0x01, 0x01, 0x00, 0x18, 0x00, 0x00,   // header
+              hex_bytes({0x43, 0x41, 0x02, 0x01, 0x00, 0x18, 0x00, 0x00,   // header
                          0x01, 0x02, 0x03, 0x04,                           // request_id
                          0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00,   // size
                          0x00, 0x00, 0x00, 0x40,                           // alignment
@@ -142,7 +156,7 @@ TEST_CASE("the wire layout is the documented one, in network byte order", "[agen
               hex_bytes({0x00, 0x00, 0xab, 0xcd, 0x00, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00, 0x04}));
     }
     SECTION("deny_mr: 10 fixed bytes, then the reason") {
-        CHECK(wire(deny_mr{9, 12, "no"}) == hex_bytes({0x43, 0x41, 0x01, 0x03, 0x00, 0x0c, 0x00, 0x00,  // header
+        CHECK(wire(deny_mr{9, 12, "no"}) == hex_bytes({0x43, 0x41, 0x02, 0x03, 0x00, 0x0c, 0x00, 0x00,  // header
                                                        0x00, 0x00, 0x00, 0x09,                          // request_id
                                                        0x00, 0x00, 0x00, 0x0c,                          // code
                                                        0x00, 0x02, 'n', 'o'}));                          // reason
@@ -150,15 +164,25 @@ TEST_CASE("the wire layout is the documented one, in network byte order", "[agen
     }
     SECTION("return_mr, release_mr and revoke_mr: the region id alone") {
         CHECK(wire(revoke_mr{0x0102030405060708}) ==
-              hex_bytes({0x43, 0x41, 0x01, 0x06, 0x00, 0x08, 0x00, 0x00, 1, 2, 3, 4, 5, 6, 7, 8}));
+              hex_bytes({0x43, 0x41, 0x02, 0x06, 0x00, 0x08, 0x00, 0x00, 1, 2, 3, 4, 5, 6, 7, 8}));
         CHECK(wire(return_mr{1})[3] == std::byte{4});
-        CHECK(wire(release_mr{1})[3] == std::byte{5});
+    }
+    SECTION("release_mr: a count, then that many region ids") {
+        CHECK(wire(release_mr{{1, 0x0102030405060708}}) ==
+              hex_bytes({0x43, 0x41, 0x02, 0x05, 0x00, 0x12, 0x00, 0x00,  // header
+                         0x00, 0x02,                                      // count
+                         0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8}));  // region ids
+        CHECK(wire(release_mr{ids(max_release_batch)}).size() == 8 + 2 + 8 * 30);
+    }
+    SECTION("ack: the header alone, acknowledging in its last two bytes") {
+        CHECK(wire(ack{}, 0x0102) == hex_bytes({0x43, 0x41, 0x02, 0x07, 0x00, 0x00, 0x01, 0x02}));
     }
 }
 
 TEST_CASE("message types print by name", "[agent_protocol]") {
     CHECK(std::string(to_string(message_type::request_mr)) == "request_mr");
     CHECK(std::string(to_string(message_type::revoke_mr)) == "revoke_mr");
+    CHECK(std::string(to_string(message_type::ack)) == "ack");
     CHECK(std::string(to_string(static_cast<message_type>(0))) == "unknown");
     CHECK(type_of(deny_mr{}) == message_type::deny_mr);
 }
@@ -178,27 +202,31 @@ TEST_CASE("decode rejects a bad header with a protocol_error naming the problem"
     }
     SECTION("another version, naming both") {
         good[2] = std::byte{7};
-        CHECK(decode_error(good) == "agent message: version 7 not supported (this side speaks 1)");
+        CHECK(decode_error(good) == "agent message: version 7 not supported (this side speaks 2)");
         good[2] = std::byte{0};
-        CHECK(decode_error(good) == "agent message: version 0 not supported (this side speaks 1)");
+        CHECK(decode_error(good) == "agent message: version 0 not supported (this side speaks 2)");
     }
     SECTION("the version is checked before the rest of the header") {
-        good[2] = std::byte{2};
+        good[2] = std::byte{3};
         good[3] = std::byte{0xee};
         good.push_back(std::byte{0});
-        CHECK(decode_error(good) == "agent message: version 2 not supported (this side speaks 1)");
+        CHECK(decode_error(good) == "agent message: version 3 not supported (this side speaks 2)");
     }
     SECTION("unknown type") {
         good[3] = std::byte{0};
         CHECK(decode_error(good) == "agent message: unknown message type 0");
-        good[3] = std::byte{7};
-        CHECK(decode_error(good) == "agent message: unknown message type 7");
+        good[3] = std::byte{8};
+        CHECK(decode_error(good) == "agent message: unknown message type 8");
         good[3] = std::byte{255};
         CHECK(decode_error(good) == "agent message: unknown message type 255");
     }
-    SECTION("reserved is not 0") {
-        good[7] = std::byte{1};
-        CHECK(decode_error(good) == "agent message: reserved header field is 0x0001 (must be 0)");
+    SECTION("acked carries any value, in network byte order") {
+        auto w = wire(revoke_mr{42}, 0xbeef);
+        CHECK(w[6] == std::byte{0xbe});
+        CHECK(w[7] == std::byte{0xef});
+        auto f = decode_frame(w);
+        CHECK(f.acked == 0xbeef);
+        CHECK(f.body == message(revoke_mr{42}));
     }
     SECTION("body_length is not the rest of the buffer") {
         auto longer = good;
@@ -208,23 +236,29 @@ TEST_CASE("decode rejects a bad header with a protocol_error naming the problem"
         CHECK(decode_error(good) == "agent message: revoke_mr header says body_length 7 but 8 bytes follow");
     }
     SECTION("body_length is not the type's size") {
-        auto w = raw{}.u16(0x4341).u8(1).u8(2).u16(8).u16(0).u64(1).b;
+        auto w = raw{}.u16(0x4341).u8(2).u8(2).u16(8).u16(0).u64(1).b;
         CHECK(decode_error(w) == "agent message: grant_mr body is 8 bytes (expected 40)");
-        w = raw{}.u16(0x4341).u8(1).u8(1).u16(0).u16(0).b;
+        w = raw{}.u16(0x4341).u8(2).u8(1).u16(0).u16(0).b;
         CHECK(decode_error(w) == "agent message: request_mr body is 0 bytes (expected 24)");
-        w = raw{}.u16(0x4341).u8(1).u8(5).u16(9).u16(0).u64(1).u8(0).b;
-        CHECK(decode_error(w) == "agent message: release_mr body is 9 bytes (expected 8)");
+        w = raw{}.u16(0x4341).u8(2).u8(5).u16(11).u16(0).u16(1).u64(1).u8(0).b;
+        CHECK(decode_error(w) == "agent message: release_mr body is 11 bytes but count 1 needs 10");
+        w = raw{}.u16(0x4341).u8(2).u8(5).u16(1).u16(0).u8(0).b;
+        CHECK(decode_error(w) == "agent message: release_mr body is 1 bytes (at least 2)");
+        w = raw{}.u16(0x4341).u8(2).u8(5).u16(2).u16(0).u16(31).b;
+        CHECK(decode_error(w) == "agent message: release_mr.count 31 is not 1 to 30");
+        w = raw{}.u16(0x4341).u8(2).u8(7).u16(1).u16(0).u8(0).b;
+        CHECK(decode_error(w) == "agent message: ack body is 1 bytes (expected 0)");
     }
     SECTION("a deny_mr whose reason_length disagrees with its body") {
-        auto w = raw{}.u16(0x4341).u8(1).u8(3).u16(9).u16(0).u32(1).u32(12).u8(0).b;
+        auto w = raw{}.u16(0x4341).u8(2).u8(3).u16(9).u16(0).u32(1).u32(12).u8(0).b;
         CHECK(decode_error(w) == "agent message: deny_mr body is 9 bytes (at least 10)");
-        w = raw{}.u16(0x4341).u8(1).u8(3).u16(12).u16(0).u32(1).u32(12).u16(3).str("ab").b;
+        w = raw{}.u16(0x4341).u8(2).u8(3).u16(12).u16(0).u32(1).u32(12).u16(3).str("ab").b;
         CHECK(decode_error(w) == "agent message: deny_mr body is 12 bytes but reason_length 3 needs 13");
-        w = raw{}.u16(0x4341).u8(1).u8(3).u16(12).u16(0).u32(1).u32(12).u16(1).str("ab").b;
+        w = raw{}.u16(0x4341).u8(2).u8(3).u16(12).u16(0).u32(1).u32(12).u16(1).str("ab").b;
         CHECK(decode_error(w) == "agent message: deny_mr body is 12 bytes but reason_length 1 needs 11");
-        w = raw{}.u16(0x4341).u8(1).u8(3).u16(211).u16(0).u32(1).u32(12).u16(201).str(std::string(201, 'x')).b;
+        w = raw{}.u16(0x4341).u8(2).u8(3).u16(211).u16(0).u32(1).u32(12).u16(201).str(std::string(201, 'x')).b;
         CHECK(decode_error(w) == "agent message: deny_mr.reason_length 201 is over 200");
-        w = raw{}.u16(0x4341).u8(1).u8(3).u16(10).u16(0).u32(1).u32(12).u16(0xffff).b;
+        w = raw{}.u16(0x4341).u8(2).u8(3).u16(10).u16(0).u32(1).u32(12).u16(0xffff).b;
         CHECK(decode_error(w) == "agent message: deny_mr.reason_length 65535 is over 200");
     }
 }
@@ -306,7 +340,10 @@ TEST_CASE("a field out of its range is refused by decode and by encode alike", "
     }
     SECTION("return_mr, release_mr and revoke_mr name a nonzero region") {
         check_rejected(return_mr{0}, "return_mr.region_id is 0");
-        check_rejected(release_mr{0}, "release_mr.region_id is 0");
+        check_rejected(release_mr{{0}}, "release_mr.region_ids[0] is 0");
+        check_rejected(release_mr{{5, 6, 0}}, "release_mr.region_ids[2] is 0");
+        check_rejected(release_mr{}, "release_mr.count 0 is not 1 to 30");
+        check_rejected(release_mr{ids(max_release_batch + 1)}, "release_mr.count 31 is not 1 to 30");
         check_rejected(revoke_mr{0}, "revoke_mr.region_id is 0");
     }
 }
@@ -390,9 +427,9 @@ TEST_CASE("every single-byte corruption decodes to a valid message or is a proto
                 if (bad[at] == static_cast<std::byte>(v))
                     continue;
                 bad[at] = static_cast<std::byte>(v);
-                message got;
+                frame got;
                 try {
-                    got = decode(bad);
+                    got = decode_frame(bad);
                 } catch (const protocol_error&) {
                     ++rejected;
                     continue;
@@ -400,7 +437,7 @@ TEST_CASE("every single-byte corruption decodes to a valid message or is a proto
                 // Anything decode accepts keeps every rule (encode takes it
                 // back), and has exactly one encoding: the bytes it came from.
                 ++accepted;
-                if (wire(got) != bad) {
+                if (wire(got.body, got.acked) != bad) {
                     INFO(to_string(type_of(m)) << ": byte " << at << " set to " << v);
                     FAIL("a decoded corruption did not re-encode to the same bytes");
                 }

@@ -19,9 +19,9 @@
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
 
+#include "support/peer_process.hpp"
 #include "support/rxe_device.hpp"
 
-extern char** environ;
 
 using namespace cordma;
 using namespace std::chrono_literals;
@@ -30,32 +30,7 @@ namespace {
 
 std::string any_port() { return test::test_address() + ":0"; }
 
-// The peer program (tests/support/peer.cpp), started as a separate process.
-struct peer_process {
-    pid_t pid = -1;
-    explicit peer_process(std::vector<std::string> args) {
-        const char* path = std::getenv("CORDMA_TEST_PEER");
-        REQUIRE(path != nullptr);
-        args.insert(args.begin(), path);
-        std::vector<char*> argv;
-        for (auto& a : args)
-            argv.push_back(a.data());
-        argv.push_back(nullptr);
-        REQUIRE(posix_spawn(&pid, path, nullptr, nullptr, argv.data(), environ) == 0);
-    }
-    int wait() {
-        int status = 0;
-        waitpid(pid, &status, 0);
-        pid = -1;
-        return status;
-    }
-    ~peer_process() {
-        if (pid > 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, nullptr, 0);
-        }
-    }
-};
+using test::peer_process;
 
 task<std::string> echo_once(connection conn, std::shared_ptr<memory_pool> pool, std::string text) {
     local_mr out = pool->allocate(256);

@@ -18,6 +18,11 @@ struct CORDMA_API agent_limits {
     std::size_t max_regions = 64;
     /// Rights a peer may be granted; requests for more are refused.
     access_flags allowed_access = access_flags::remote_read | access_flags::remote_write | access_flags::remote_atomic;
+    /// Bytes one peer host may hold at once over ALL its connections to this
+    /// builder (its listeners and connects; new_connection adds no room).
+    std::size_t max_peer_total_bytes = 1024 << 20;
+    /// Regions one peer host may hold at once over all its connections.
+    std::size_t max_peer_regions = 1024;
     /// Lease of a grant when the request names none.
     std::chrono::milliseconds default_lease{30'000};
     /// The longest lease granted; longer requests get this.

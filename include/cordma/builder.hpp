@@ -92,6 +92,9 @@ struct CORDMA_API connection_settings {
     endpoint_exchange exchange = endpoint_exchange::rdma_cm;
     /// What peers may take from this side through the memory-region agent.
     cordma::agent_limits agent{};
+    /// How long an agent call (request_remote_mr, receive_remote_mr, ...)
+    /// may wait, unless the call's agent_call::timeout says otherwise.
+    std::chrono::milliseconds agent_timeout{30'000};
 };
 
 class CORDMA_API builder {
@@ -117,6 +120,9 @@ public:
     builder& connect_timeout(std::chrono::milliseconds limit);
     builder& exchange(endpoint_exchange how);
     builder& agent_limits(const cordma::agent_limits& limits);
+    /// The default deadline of agent calls on this builder's connections
+    /// (positive; agent_call::forever for none).
+    builder& agent_timeout(std::chrono::milliseconds limit);
 
     const connection_settings& settings() const noexcept { return settings_; }
 

@@ -34,6 +34,7 @@
 #include <string>
 #include <utility>
 
+#include <cordma/agent_call.hpp>
 #include <cordma/agent_limits.hpp>
 #include <cordma/error.hpp>
 #include <cordma/export.hpp>
@@ -213,28 +214,42 @@ public:
     // from connection::adopt do not (these calls throw std::logic_error).
     // All are lazy, resume on the event listener thread, and throw
     // disconnected_error once the connection is gone.
+    //
+    // Every call that waits has a deadline: `call.timeout`, else the
+    // builder's agent_timeout (30 s). When it passes the call throws
+    // timed_out_error naming the call, the peer and what it was waiting for;
+    // when `call.stop` is stopped first it throws operation_cancelled.
+    // Either way the connection stays up, and what the peer does later is
+    // taken care of (a late grant is released, a late region goes to the
+    // next receive). Agent messages are flow-controlled: a peer whose agent
+    // stops reading (a stopped process) makes calls wait for room, within
+    // their deadline, and never breaks the connection.
 
     /// Asks the peer's agent for `size` bytes of its memory with `access`,
     /// for `lease` (0 = the peer's default; it may shorten it). The peer
-    /// allocates and registers the region; dropping the returned
+    /// allocates, zeroes and registers the region; dropping the returned
     /// remote_mr tells the peer to free it. Throws std::system_error if
     /// the peer refuses (over one of its agent_limits: the message says
     /// which); the connection stays up.
     task<remote_mr> request_remote_mr(std::size_t size, std::size_t alignment = 64,
-                                          std::chrono::milliseconds lease = {},
-                                          access_flags access = access_flags::remote_read | access_flags::remote_write);
+                                      std::chrono::milliseconds lease = {},
+                                      access_flags access = access_flags::remote_read | access_flags::remote_write,
+                                      agent_call call = {});
     /// Grants the peer `access` on `region` (which stays alive until the
     /// grant ends) for `lease`; the peer gets it from receive_remote_mr.
     task<void> send_local_mr(local_slice region, std::chrono::milliseconds lease = {},
-                             access_flags access = access_flags::remote_read | access_flags::remote_write);
+                             access_flags access = access_flags::remote_read | access_flags::remote_write,
+                             agent_call call = {});
     /// The next region the peer granted with send_local_mr.
-    task<remote_mr> receive_remote_mr();
+    task<remote_mr> receive_remote_mr(agent_call call = {});
     /// Hands a region the peer owns back to it (e.g. after writing into it);
-    /// the peer gets it from receive_local_mr.
-    task<void> send_remote_mr(remote_mr region);
+    /// the peer gets it from receive_local_mr. A region whose grant the
+    /// owner already ended throws std::system_error (timed_out, "lease
+    /// expired"); one that times out waiting to be sent is released instead.
+    task<void> send_remote_mr(remote_mr region, agent_call call = {});
     /// The next of this side's regions that the peer handed back, as a local
     /// region again (the peer's access to it has ended).
-    task<local_mr> receive_local_mr();
+    task<local_mr> receive_local_mr(agent_call call = {});
     /// Ends every grant of memory overlapping `region` now: the peer is told,
     /// and its accesses fail with a remote access error. Returns how many.
     task<std::size_t> revoke_local_mr(local_slice region);

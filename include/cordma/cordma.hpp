@@ -6,6 +6,7 @@
 
 #include <cordma/access.hpp>
 #include <cordma/address.hpp>
+#include <cordma/agent_call.hpp>
 #include <cordma/agent_limits.hpp>
 #include <cordma/builder.hpp>
 #include <cordma/completion_queue.hpp>

@@ -65,6 +65,21 @@ public:
                             std::string(operation) + " to " + peer) {}
 };
 
+/// A call ran out of time: its deadline passed before the peer answered
+/// (e.g. an agent call past agent_call::timeout or builder::agent_timeout).
+/// code() == std::errc::timed_out; the message names the call, the peer,
+/// the limit and what became of the connection.
+class CORDMA_API timed_out_error : public std::system_error {
+public:
+    timed_out_error(const char* operation, const std::string& peer, const std::string& why)
+        : std::system_error(std::make_error_code(std::errc::timed_out)),
+          message_(std::string(operation) + " to " + peer + ": " + why) {}
+    const char* what() const noexcept override { return message_.c_str(); }
+
+private:
+    std::string message_;
+};
+
 /// The connection is closed, by this side or the peer, or broken by an
 /// earlier error: the operation was not started. code() ==
 /// std::errc::not_connected.

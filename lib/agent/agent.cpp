@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include <cordma/task_group.hpp>
+#include "agent/call_deadline.hpp"
 #include "engine/connection_state.hpp"
 
 namespace cordma {
@@ -17,52 +18,56 @@ namespace proto = agent_protocol;
 
 namespace {
 
-constexpr int receive_depth = 8;
 constexpr access_flags remote_bits = access_flags::remote_read | access_flags::remote_write | access_flags::remote_atomic;
-
-std::exception_ptr gone(const std::string& peer, const std::string& why) {
-    return std::make_exception_ptr(disconnected_error("agent", peer, why));
-}
 
 std::string size_text(std::size_t bytes) { return std::to_string(bytes) + " bytes"; }
 
 }  // namespace
 
 agent::agent(std::shared_ptr<event_listener> listener, std::shared_ptr<memory_pool> pool, agent_limits limits,
-             std::string peer)
-    : pool_(std::move(pool)), limits_(limits), peer_(std::move(peer)),
-      incoming_remote_(waiter_queue<remote_mr>::make(listener)),
-      incoming_local_(waiter_queue<local_mr>::make(listener)) {}
+             std::string peer, std::chrono::milliseconds call_timeout, std::shared_ptr<agent_ledger> ledger)
+    : pool_(std::move(pool)), limits_(limits), peer_(std::move(peer)), peer_host_(agent_ledger::host_of(peer_)),
+      call_timeout_(call_timeout), ledger_(ledger ? std::move(ledger) : std::make_shared<agent_ledger>()),
+      event_listener_(listener), ready_(waiter_queue<bool>::make(listener)),
+      slots_(waiter_queue<bool>::make(listener)), incoming_remote_(waiter_queue<remote_mr>::make(listener)),
+      incoming_local_(waiter_queue<local_mr>::make(std::move(listener))) {
+    for (std::uint32_t i = 0; i < proto::window; ++i)
+        slots_->push(true);
+}
 
 agent::~agent() = default;
+
+std::exception_ptr agent::gone() const {
+    return std::make_exception_ptr(disconnected_error("agent", peer_, death_));
+}
 
 void agent::attach(connection control, std::weak_ptr<connection_state> data) {
     control_ = std::move(control);
     data_ = std::move(data);
-    event_listener_ = control_.event_listener();
     attached_ = true;
-    for (int i = 0; i < receive_depth; ++i) {
+    for (std::uint32_t i = 0; i < proto::receive_depth; ++i) {
         auto self = shared_from_this();
         spawn_detached([](std::shared_ptr<agent> a, local_mr buffer) -> task<void> {
             co_await a->receive_loop(std::move(buffer));
         }(self, pool_->allocate(proto::max_message_size)),
                        [](std::exception_ptr) {});
     }
-    while (!ready_waiters_.empty()) {
-        auto w = ready_waiters_.front();
-        ready_waiters_.pop_front();
-        w->set(true);
-    }
+    ready_->close();  // wakes the calls that came first
 }
 
-task<void> agent::ready() {
+task<void> agent::ready(std::stop_token token, const char* call) {
+    if (!attached_ && !dead_)
+        co_await ready_->pop(std::move(token), call, peer_);
     if (dead_)
-        std::rethrow_exception(gone(peer_, death_));
-    if (attached_)
-        co_return;
-    auto w = std::make_shared<handoff<bool>>();
-    ready_waiters_.push_back(w);
-    co_await w->wait();
+        std::rethrow_exception(gone());
+}
+
+task<void> agent::acquire_slot(std::stop_token token, const char* call) {
+    co_await ready(token, call);
+    // Not `if (!co_await ...)`: g++ 12 miscompiles a co_await in a condition.
+    std::optional<bool> slot = co_await slots_->pop(std::move(token), call, peer_);
+    if (!slot)
+        std::rethrow_exception(gone());
 }
 
 task<void> agent::receive_loop(local_mr buffer) {
@@ -75,7 +80,7 @@ task<void> agent::receive_loop(local_mr buffer) {
             co_return;
         }
         try {
-            handle(proto::decode({buffer.data(), got.length}));
+            on_frame(proto::decode_frame({buffer.data(), got.length}));
         } catch (const std::exception& e) {
             // A peer that breaks the protocol loses the connection, and
             // nothing it sent is acted on.
@@ -85,22 +90,97 @@ task<void> agent::receive_loop(local_mr buffer) {
             shut_down(why);
             co_return;
         }
+        if (dead_)
+            co_return;
     }
 }
 
-task<void> agent::send_message(proto::message m) {
-    co_await ready();
+void agent::on_frame(const proto::frame& f) {
+    acknowledged(f.acked);
+    if (!proto::counted(f.body))
+        return;
+    handle(f.body);
+    count_handled();
+}
+
+void agent::acknowledged(std::uint16_t acked) {
+    // The header carries the low 16 bits of a count that never runs more
+    // than `window` ahead of what this side has seen.
+    std::uint64_t newly = static_cast<std::uint16_t>(acked - static_cast<std::uint16_t>(peer_acked_));
+    if (newly > sent_ - peer_acked_)
+        throw proto::protocol_error("agent message: acked " + std::to_string(acked) + " acknowledges " +
+                                    std::to_string(newly) + " messages, but only " +
+                                    std::to_string(sent_ - peer_acked_) + " are unacknowledged");
+    peer_acked_ += newly;
+    for (std::uint64_t i = 0; i < newly; ++i)
+        slots_->push(true);
+}
+
+void agent::count_handled() {
+    // A message counts as handled once its buffer is posted again, which
+    // its receive loop does right after handle() returns, before anything
+    // posted here runs: acknowledge then, never sooner.
+    ++handled_pending_;
+    if (std::exchange(count_scheduled_, true))
+        return;
+    std::weak_ptr<agent> weak = weak_from_this();
+    event_listener_->post([weak] {
+        auto self = weak.lock();
+        if (!self)
+            return;
+        self->count_scheduled_ = false;
+        self->handled_ += std::exchange(self->handled_pending_, 0);
+        if (!self->dead_ && self->handled_ - self->acked_sent_ >= proto::ack_after)
+            spawn_detached(self->transmit(proto::ack{}), [](std::exception_ptr) {});
+    });
+}
+
+task<void> agent::transmit(proto::message m) {
+    auto self = shared_from_this();
+    if (dead_)
+        std::rethrow_exception(gone());
     local_mr buffer = pool_->allocate(proto::max_message_size);
-    std::size_t length = proto::encode(m, buffer.bytes());
+    std::size_t length = proto::encode(m, buffer.bytes(), static_cast<std::uint16_t>(handled_));
+    acked_sent_ = handled_;
+    if (proto::counted(m))
+        ++sent_;
     co_await control_.send(buffer.slice(0, length));
 }
 
 void agent::send_detached(proto::message m) {
     if (dead_ || !attached_)
         return;
-    spawn_detached(send_message(std::move(m)), [](std::exception_ptr) {
-        // The peer is gone; the connection's own shutdown reports that.
+    spawn_detached([](std::shared_ptr<agent> self, proto::message m) -> task<void> {
+        co_await self->acquire_slot({}, "agent");
+        co_await self->transmit(std::move(m));
+    }(shared_from_this(), std::move(m)),
+                   [](std::exception_ptr) {
+                       // The peer is gone; the connection's own shutdown reports that.
+                   });
+}
+
+void agent::queue_release(std::uint64_t region_id) {
+    pending_releases_.push_back(region_id);
+    if (std::exchange(release_scheduled_, true))
+        return;
+    // Drops that come together (a vector of regions going out of scope)
+    // leave as a few release_mr messages, not one each.
+    std::weak_ptr<agent> weak = weak_from_this();
+    event_listener_->post([weak] {
+        if (auto self = weak.lock())
+            self->flush_releases();
     });
+}
+
+void agent::flush_releases() {
+    release_scheduled_ = false;
+    auto ids = std::exchange(pending_releases_, {});
+    for (std::size_t at = 0; at < ids.size(); at += proto::max_release_batch) {
+        proto::release_mr m;
+        auto end = std::min(ids.size(), at + proto::max_release_batch);
+        m.region_ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(at), ids.begin() + static_cast<std::ptrdiff_t>(end));
+        send_detached(std::move(m));
+    }
 }
 
 std::chrono::milliseconds agent::clamp_lease(std::chrono::milliseconds requested) const {
@@ -113,7 +193,9 @@ void agent::handle(const proto::message& m) {
     std::visit(
         [this](const auto& msg) {
             using T = std::decay_t<decltype(msg)>;
-            if constexpr (std::is_same_v<T, proto::request_mr>) {
+            if constexpr (std::is_same_v<T, proto::ack>) {
+                // Only the header matters (on_frame).
+            } else if constexpr (std::is_same_v<T, proto::request_mr>) {
                 on_request(msg);
             } else if constexpr (std::is_same_v<T, proto::grant_mr> || std::is_same_v<T, proto::deny_mr>) {
                 if constexpr (std::is_same_v<T, proto::grant_mr>) {
@@ -123,12 +205,20 @@ void agent::handle(const proto::message& m) {
                     }
                 }
                 auto it = requests_.find(msg.request_id);
-                if (it == requests_.end())
+                if (it == requests_.end()) {
+                    if (abandoned_.erase(msg.request_id)) {
+                        // Its caller gave up (deadline, stop): give the
+                        // memory straight back.
+                        if constexpr (std::is_same_v<T, proto::grant_mr>)
+                            queue_release(msg.region_id);
+                        return;
+                    }
                     throw proto::protocol_error("an answer to request " + std::to_string(msg.request_id) +
                                                 ", which was never made");
+                }
                 auto waiter = it->second;
                 requests_.erase(it);
-                waiter->set(msg);
+                waiter->push(proto::message(msg));
             } else if constexpr (std::is_same_v<T, proto::return_mr>) {
                 auto it = grants_.find(msg.region_id);
                 if (it == grants_.end()) {
@@ -145,7 +235,8 @@ void agent::handle(const proto::message& m) {
                 incoming_local_->push(std::move(back));
             } else if constexpr (std::is_same_v<T, proto::release_mr>) {
                 // Unknown ids are fine: the lease may have run out first.
-                drop_grant(msg.region_id, false);
+                for (auto id : msg.region_ids)
+                    drop_grant(id, false);
             } else if constexpr (std::is_same_v<T, proto::revoke_mr>) {
                 // The owner cut us off; accesses now fail with a remote access
                 // error, and the region's drop need not tell the owner.
@@ -176,6 +267,15 @@ void agent::on_request(const proto::request_mr& m) {
     if (grants_.size() >= limits_.max_regions)
         return deny(std::errc::too_many_files_open, "the peer already holds " + std::to_string(grants_.size()) +
                                                         " regions (agent_limits::max_regions)");
+    auto peer_holds = ledger_->held_by(peer_host_);
+    if (peer_holds.bytes + m.size > limits_.max_peer_total_bytes)
+        return deny(std::errc::no_buffer_space, "granting " + size_text(m.size) + " would exceed the " +
+                                                    size_text(limits_.max_peer_total_bytes) + " one peer host may hold (agent_limits::max_peer_total_bytes; " +
+                                                    peer_host_ + " holds " + size_text(peer_holds.bytes) + " over all its connections)");
+    if (peer_holds.regions >= limits_.max_peer_regions)
+        return deny(std::errc::too_many_files_open, "the peer host " + peer_host_ + " already holds " +
+                                                        std::to_string(peer_holds.regions) +
+                                                        " regions over all its connections (agent_limits::max_peer_regions)");
     if (!contains(limits_.allowed_access, access))
         return deny(std::errc::permission_denied, "access " + to_string(access) + " is not allowed (agent_limits::allowed_access, with builder::remote_access, is " +
                                                       to_string(limits_.allowed_access & remote_bits) + ")");
@@ -210,6 +310,7 @@ std::uint64_t agent::add_grant(local_slice memory, access_flags access, std::chr
     out.lease_ms = static_cast<std::uint32_t>(lease.count());
     out.access = static_cast<std::uint32_t>(to_verbs(access & remote_bits));
     granted_bytes_ += memory.size();
+    ledger_->add(peer_host_, memory.size());
     g.memory = std::move(memory);
     grants_.emplace(id, std::move(g));
     return id;
@@ -222,6 +323,7 @@ void agent::drop_grant(std::uint64_t region_id, bool tell_peer) noexcept {
     if (it->second.lease_timer)
         it->second.lease_timer->cancel();
     granted_bytes_ -= it->second.memory.size();
+    ledger_->remove(peer_host_, it->second.memory.size());
     // Deregistering invalidates the rkey: a late access is a remote access
     // error at the peer, never a write into memory handed to someone else.
     grants_.erase(it);
@@ -240,14 +342,11 @@ remote_mr agent::to_region(const proto::grant_mr& g) {
 void agent::release_held(std::uint64_t region_id) noexcept {
     try {
         std::weak_ptr<agent> weak = weak_from_this();
-        auto listener = event_listener_;
-        if (!listener)
-            return;
-        listener->post([weak, region_id] {
-            if (auto self = weak.lock()) {
-                self->held_.erase(region_id);
-                self->send_detached(proto::release_mr{region_id});
-            }
+        event_listener_->post([weak, region_id] {
+            auto self = weak.lock();
+            // Nothing to tell an owner that ended the grant itself.
+            if (self && self->held_.erase(region_id) && !self->dead_)
+                self->queue_release(region_id);
         });
     } catch (...) {
         // Out of memory: the lease frees the region instead.
@@ -259,59 +358,77 @@ void agent::shut_down(const std::string& why) noexcept {
         return;
     dead_ = true;
     death_ = why;
-    auto fail_all = [&](auto& waiters) {
-        while (!waiters.empty()) {
-            auto w = waiters.front();
-            waiters.pop_front();
-            w->fail(gone(peer_, why));
-        }
-    };
-    fail_all(ready_waiters_);
+    // Every waiting call wakes and finds the agent dead.
+    ready_->close();
+    slots_->close();
     incoming_remote_->close_keeping_values();
     incoming_local_->close_keeping_values();
     auto requests = std::move(requests_);
     for (auto& [id, w] : requests)
-        w->fail(gone(peer_, why));
-    for (auto& [id, g] : grants_)
+        w->close();
+    for (auto& [id, g] : grants_) {
         if (g.lease_timer)
             g.lease_timer->cancel();
+        ledger_->remove(peer_host_, g.memory.size());
+    }
     grants_.clear();
     granted_bytes_ = 0;
     if (control_)
         control_.shut_down();
 }
 
-task<remote_mr> agent::request_remote_mr(std::size_t size, std::size_t alignment,
-                                             std::chrono::milliseconds lease, access_flags access) {
+task<remote_mr> agent::request_remote_mr(std::size_t size, std::size_t alignment, std::chrono::milliseconds lease,
+                                         access_flags access, agent_call call) {
     auto self = shared_from_this();
+    static constexpr const char* name = "request_remote_mr";
+    std::string what = std::string(name) + "(size=" + std::to_string(size) + ")";
     if ((access & remote_bits) == access_flags::none)
-        throw std::invalid_argument("request_remote_mr(size=" + std::to_string(size) + ") from " + peer_ +
+        throw std::invalid_argument(what + " from " + peer_ +
                                     ": access must include remote_read, remote_write or remote_atomic");
-    co_await ready();
+    call_deadline deadline(*event_listener_, call, call_timeout_);
+    // A named token: g++ 12 mishandles a temporary with a destructor in a
+    // co_await expression inside a try block.
+    std::stop_token token = deadline.token();
+    try {
+        co_await acquire_slot(token, name);
+    } catch (const operation_cancelled&) {
+        deadline.fail(name, peer_, "waiting to send the request (the peer's agent has not read this side's last " +
+                                       std::to_string(proto::window) + " messages)",
+                      "Nothing was sent; the connection stays up.");
+    }
     std::uint32_t id = next_request_id_++;
     if (next_request_id_ == 0)
         next_request_id_ = 1;  // 0 on the wire means "unsolicited"
-    auto waiter = std::make_shared<handoff<proto::message>>();
+    auto answer = waiter_queue<proto::message>::make(event_listener_);
+    requests_.emplace(id, answer);
     proto::request_mr req{id, size, static_cast<std::uint32_t>(alignment),
                           static_cast<std::uint32_t>(std::clamp<long long>(lease.count(), 0, UINT32_MAX)),
                           static_cast<std::uint32_t>(to_verbs(access & remote_bits))};
-    requests_.emplace(id, waiter);
+    std::optional<proto::message> reply;
     try {
-        co_await send_message(req);
+        co_await transmit(req);
+        reply = co_await answer->pop(token, name, peer_);
+    } catch (const operation_cancelled&) {
+        requests_.erase(id);
+        abandoned_.insert(id);
+        deadline.fail(name, peer_, "waiting for the peer's answer",
+                      "The connection stays up; a grant that arrives later is released at once.");
     } catch (...) {
         requests_.erase(id);
         throw;
     }
-    proto::message reply = co_await waiter->wait();
-    if (auto* deny = std::get_if<proto::deny_mr>(&reply))
+    if (!reply)
+        std::rethrow_exception(gone());
+    if (auto* deny = std::get_if<proto::deny_mr>(&*reply))
         throw std::system_error(std::make_error_code(static_cast<std::errc>(deny->code)),
-                                "request_remote_mr(size=" + std::to_string(size) + ") from " + peer_ +
-                                    ": refused: " + deny->reason);
-    co_return to_region(std::get<proto::grant_mr>(reply));
+                                what + " from " + peer_ + ": refused: " + deny->reason);
+    co_return to_region(std::get<proto::grant_mr>(*reply));
 }
 
-task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags access) {
+task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags access,
+                                agent_call call) {
     auto self = shared_from_this();
+    static constexpr const char* name = "send_local_mr";
     if ((access & remote_bits) == access_flags::none)
         throw std::invalid_argument("send_local_mr to " + peer_ +
                                     ": access must include remote_read, remote_write or remote_atomic");
@@ -323,44 +440,90 @@ task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds le
                                     to_string(region.block()->access & remote_bits) +
                                     ", agent_limits::allowed_access (with builder::remote_access) allows " +
                                     to_string(limits_.allowed_access & remote_bits));
-    co_await ready();
+    call_deadline deadline(*event_listener_, call, call_timeout_);
+    // A named token: g++ 12 mishandles a temporary with a destructor in a
+    // co_await expression inside a try block.
+    std::stop_token token = deadline.token();
+    try {
+        co_await acquire_slot(token, name);
+    } catch (const operation_cancelled&) {
+        deadline.fail(name, peer_, "waiting to send the grant (the peer's agent has not read this side's last " +
+                                       std::to_string(proto::window) + " messages)",
+                      "Nothing was granted; the connection stays up.");
+    }
     proto::grant_mr g;
     std::uint64_t id = add_grant(std::move(region), granted, lease, g);
     try {
-        co_await send_message(g);
+        co_await transmit(g);
     } catch (...) {
         drop_grant(id, false);
         throw;
     }
 }
 
-task<remote_mr> agent::receive_remote_mr() {
+task<remote_mr> agent::receive_remote_mr(agent_call call) {
     auto self = shared_from_this();
-    std::optional<remote_mr> r = co_await incoming_remote_->pop({}, "receive_remote_mr", peer_);
+    static constexpr const char* name = "receive_remote_mr";
+    call_deadline deadline(*event_listener_, call, call_timeout_);
+    // A named token: g++ 12 mishandles a temporary with a destructor in a
+    // co_await expression inside a try block.
+    std::stop_token token = deadline.token();
+    std::optional<remote_mr> r;
+    try {
+        r = co_await incoming_remote_->pop(token, name, peer_);
+    } catch (const operation_cancelled&) {
+        deadline.fail(name, peer_, "waiting for the peer to grant a region (send_local_mr)",
+                      "The connection stays up; a region that arrives later goes to the next receive_remote_mr.");
+    }
     if (!r)
-        std::rethrow_exception(gone(peer_, death_));
+        std::rethrow_exception(gone());
     co_return std::move(*r);
 }
 
-task<void> agent::send_remote_mr(remote_mr region) {
+task<void> agent::send_remote_mr(remote_mr region, agent_call call) {
     auto self = shared_from_this();
+    static constexpr const char* name = "send_remote_mr";
     if (!region)
         throw std::invalid_argument("send_remote_mr to " + peer_ + ": an empty remote_mr (moved from?)");
-    if (region.expired())
+    call_deadline deadline(*event_listener_, call, call_timeout_);
+    // A named token: g++ 12 mishandles a temporary with a destructor in a
+    // co_await expression inside a try block.
+    std::stop_token token = deadline.token();
+    try {
+        co_await acquire_slot(token, name);
+    } catch (const operation_cancelled&) {
+        deadline.fail(name, peer_, "waiting to send the hand-back (the peer's agent has not read this side's last " +
+                                       std::to_string(proto::window) + " messages)",
+                      "The region is released instead; the connection stays up.");
+    }
+    if (region.expired()) {
+        slots_->push(true);  // the slot goes unused
         throw std::system_error(std::make_error_code(std::errc::timed_out),
                                 "send_remote_mr to " + peer_ + ": region " + std::to_string(region.id()) +
                                     " cannot be handed back: the owner ended the grant (its lease expired, or it "
                                     "was revoked) and has freed it already; the connection is fine");
+    }
     std::uint64_t id = region.disown();
     held_.erase(id);
-    co_await send_message(proto::return_mr{id});
+    co_await transmit(proto::return_mr{id});
 }
 
-task<local_mr> agent::receive_local_mr() {
+task<local_mr> agent::receive_local_mr(agent_call call) {
     auto self = shared_from_this();
-    std::optional<local_mr> r = co_await incoming_local_->pop({}, "receive_local_mr", peer_);
+    static constexpr const char* name = "receive_local_mr";
+    call_deadline deadline(*event_listener_, call, call_timeout_);
+    // A named token: g++ 12 mishandles a temporary with a destructor in a
+    // co_await expression inside a try block.
+    std::stop_token token = deadline.token();
+    std::optional<local_mr> r;
+    try {
+        r = co_await incoming_local_->pop(token, name, peer_);
+    } catch (const operation_cancelled&) {
+        deadline.fail(name, peer_, "waiting for the peer to hand a region back (send_remote_mr)",
+                      "The connection stays up; a region that comes back later goes to the next receive_local_mr.");
+    }
     if (!r)
-        std::rethrow_exception(gone(peer_, death_));
+        std::rethrow_exception(gone());
     co_return std::move(*r);
 }
 

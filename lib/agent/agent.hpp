@@ -13,58 +13,32 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
+#include <cordma/agent_call.hpp>
 #include <cordma/agent_limits.hpp>
 #include <cordma/connection.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/memory_region.hpp>
 #include <cordma/remote_mr.hpp>
 #include <cordma/task.hpp>
+#include "agent/agent_ledger.hpp"
 #include "agent/agent_protocol.hpp"
 #include "engine/connection_state.hpp"
 #include "engine/waiter_queue.hpp"
 
 namespace cordma::detail {
 
-/// A value handed from one listener-thread coroutine to another.
-template <class T>
-struct handoff {
-    std::coroutine_handle<> waiter;
-    std::optional<T> value;
-    std::exception_ptr error;
-
-    void set(T v) {
-        value.emplace(std::move(v));
-        wake();
-    }
-    void fail(std::exception_ptr e) {
-        error = std::move(e);
-        wake();
-    }
-    void wake() {
-        if (auto h = std::exchange(waiter, nullptr))
-            h.resume();
-    }
-    auto wait() {
-        struct awaiter {
-            handoff* self;
-            bool await_ready() const noexcept { return self->value.has_value() || self->error; }
-            void await_suspend(std::coroutine_handle<> h) noexcept { self->waiter = h; }
-            T await_resume() {
-                if (self->error)
-                    std::rethrow_exception(self->error);
-                return std::move(*self->value);
-            }
-        };
-        return awaiter{this};
-    }
-};
-
 class agent : public connection_companion, public std::enable_shared_from_this<agent> {
 public:
+    /// `call_timeout`: the default deadline of its calls (builder::agent_timeout).
+    /// `ledger`: what each peer host holds over all connections of the
+    /// builder (null: this agent's alone).
     agent(std::shared_ptr<event_listener> listener, std::shared_ptr<memory_pool> pool, agent_limits limits,
-          std::string peer);
+          std::string peer, std::chrono::milliseconds call_timeout = std::chrono::seconds(30),
+          std::shared_ptr<agent_ledger> ledger = nullptr);
     ~agent();
 
     /// The control connection is up: start serving. Event listener thread.
@@ -73,11 +47,12 @@ public:
     void shut_down(const std::string& why) noexcept override;
 
     task<remote_mr> request_remote_mr(std::size_t size, std::size_t alignment, std::chrono::milliseconds lease,
-                                          access_flags access);
-    task<void> send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags access);
-    task<remote_mr> receive_remote_mr();
-    task<void> send_remote_mr(remote_mr region);
-    task<local_mr> receive_local_mr();
+                                      access_flags access, agent_call call);
+    task<void> send_local_mr(local_slice region, std::chrono::milliseconds lease, access_flags access,
+                             agent_call call);
+    task<remote_mr> receive_remote_mr(agent_call call);
+    task<void> send_remote_mr(remote_mr region, agent_call call);
+    task<local_mr> receive_local_mr(agent_call call);
     /// Withdraws every grant of memory in `region`. Returns how many.
     task<std::size_t> revoke(local_slice region);
 
@@ -94,39 +69,74 @@ private:
         local_slice memory;            // keeps the memory alive while granted
         memory_region registration;    // its own MR: deregistering cuts the peer off
         std::shared_ptr<event_listener::timer> lease_timer;
-        bool returnable_as_local = false;
     };
 
     task<void> receive_loop(local_mr buffer);
-    task<void> send_message(agent_protocol::message m);
+    void on_frame(const agent_protocol::frame& f);
+    void acknowledged(std::uint16_t acked);
+    void count_handled();
+    /// Waits until the control QP is up. Throws operation_cancelled if
+    /// `token` stops first, disconnected_error if the agent is gone.
+    task<void> ready(std::stop_token token, const char* call);
+    /// Waits for room in the window for one counted message.
+    task<void> acquire_slot(std::stop_token token, const char* call);
+    /// Sends `m` now (a counted message needs its slot first), with this
+    /// side's acknowledgement in the header.
+    task<void> transmit(agent_protocol::message m);
+    /// acquire_slot, then transmit, in the background (no deadline: a
+    /// message the protocol owes the peer).
     void send_detached(agent_protocol::message m);
+    void queue_release(std::uint64_t region_id);
+    void flush_releases();
     void handle(const agent_protocol::message& m);
     void on_request(const agent_protocol::request_mr& m);
-    task<void> answer_request(agent_protocol::request_mr m);
     std::uint64_t add_grant(local_slice memory, access_flags access, std::chrono::milliseconds lease,
                             agent_protocol::grant_mr& out);
     void drop_grant(std::uint64_t region_id, bool tell_peer) noexcept;
     remote_mr to_region(const agent_protocol::grant_mr& g);
-    task<void> ready();
     std::chrono::milliseconds clamp_lease(std::chrono::milliseconds requested) const;
+    std::exception_ptr gone() const;
 
     std::shared_ptr<memory_pool> pool_;
     agent_limits limits_;
     std::string peer_;
+    std::string peer_host_;
+    std::chrono::milliseconds call_timeout_;
+    std::shared_ptr<agent_ledger> ledger_;
     connection control_;
     std::weak_ptr<connection_state> data_;
     std::shared_ptr<event_listener> event_listener_;
     bool attached_ = false;
     bool dead_ = false;
     std::string death_;
-    std::deque<std::shared_ptr<handoff<bool>>> ready_waiters_;
+    // Closed when the control QP is attached (or the agent dies): wakes
+    // every call that came first.
+    std::shared_ptr<waiter_queue<bool>> ready_;
+
+    // Flow control (docs/agent-protocol.md): one value per free slot of
+    // the window; counts of counted messages sent, acknowledged by the
+    // peer, handled (buffer posted again) and acknowledged to the peer.
+    std::shared_ptr<waiter_queue<bool>> slots_;
+    std::uint64_t sent_ = 0;
+    std::uint64_t peer_acked_ = 0;
+    std::uint64_t handled_ = 0;
+    std::uint64_t handled_pending_ = 0;
+    std::uint64_t acked_sent_ = 0;
+    bool count_scheduled_ = false;
+
+    // Drops of held regions, sent as batched release_mr messages.
+    std::vector<std::uint64_t> pending_releases_;
+    bool release_scheduled_ = false;
 
     std::uint32_t next_request_id_ = 1;
     std::uint64_t next_region_id_ = 1;
     // Regions the peer granted us, still held: their "ended" flags, set
     // when the owner's revoke_mr arrives (remote_mr::expired()).
     std::map<std::uint64_t, std::weak_ptr<std::atomic<bool>>> held_;
-    std::map<std::uint32_t, std::shared_ptr<handoff<agent_protocol::message>>> requests_;
+    std::map<std::uint32_t, std::shared_ptr<waiter_queue<agent_protocol::message>>> requests_;
+    // Requests whose caller gave up (deadline, stop): a grant that still
+    // arrives is released at once.
+    std::set<std::uint32_t> abandoned_;
     std::map<std::uint64_t, grant> grants_;
     std::size_t granted_bytes_ = 0;
 

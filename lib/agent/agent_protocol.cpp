@@ -22,9 +22,12 @@ constexpr std::size_t request_body_size = 4 + 8 + 4 + 4 + 4;
 constexpr std::size_t grant_body_size = 4 + 8 + 8 + 8 + 4 + 4 + 4;
 constexpr std::size_t deny_fixed_size = 4 + 4 + 2;
 constexpr std::size_t region_body_size = 8;
+// release_mr: a u16 count, then the ids.
+constexpr std::size_t release_fixed_size = 2;
 
 static_assert(header_size + grant_body_size <= max_message_size);
 static_assert(header_size + deny_fixed_size + max_reason_length <= max_message_size);
+static_assert(header_size + release_fixed_size + 8 * max_release_batch <= max_message_size);
 static_assert(max_message_size <= UINT16_MAX, "body_length is a u16");
 
 constexpr std::uint64_t max_request_size = std::uint64_t{1} << 40;
@@ -39,7 +42,7 @@ constexpr std::uint32_t remote_access_bits = remote_write_bit | remote_read_bit 
 static_assert(IBV_ACCESS_REMOTE_WRITE == remote_write_bit && IBV_ACCESS_REMOTE_READ == remote_read_bit &&
               IBV_ACCESS_REMOTE_ATOMIC == remote_atomic_bit);
 
-static_assert(std::variant_size_v<message> == 6 && static_cast<int>(message_type::revoke_mr) == 6,
+static_assert(std::variant_size_v<message> == 7 && static_cast<int>(message_type::ack) == 7,
               "message_type values are the variant's indices plus one");
 
 std::string dec(std::uint64_t v) { return std::to_string(v); }
@@ -218,15 +221,24 @@ std::string region_problem(const char* type, std::uint64_t region_id) {
     return {};
 }
 std::string problem(const return_mr& m) { return region_problem("return_mr", m.region_id); }
-std::string problem(const release_mr& m) { return region_problem("release_mr", m.region_id); }
+std::string problem(const release_mr& m) {
+    if (m.region_ids.empty() || m.region_ids.size() > max_release_batch)
+        return "release_mr.count " + dec(m.region_ids.size()) + " is not 1 to " + dec(max_release_batch);
+    for (std::size_t i = 0; i < m.region_ids.size(); ++i)
+        if (m.region_ids[i] == 0)
+            return "release_mr.region_ids[" + dec(i) + "] is 0";
+    return {};
+}
 std::string problem(const revoke_mr& m) { return region_problem("revoke_mr", m.region_id); }
+std::string problem(const ack&) { return {}; }
 
 std::size_t body_size(const request_mr&) noexcept { return request_body_size; }
 std::size_t body_size(const grant_mr&) noexcept { return grant_body_size; }
 std::size_t body_size(const deny_mr& m) noexcept { return deny_fixed_size + m.reason.size(); }
 std::size_t body_size(const return_mr&) noexcept { return region_body_size; }
-std::size_t body_size(const release_mr&) noexcept { return region_body_size; }
+std::size_t body_size(const release_mr& m) noexcept { return release_fixed_size + 8 * m.region_ids.size(); }
 std::size_t body_size(const revoke_mr&) noexcept { return region_body_size; }
+std::size_t body_size(const ack&) noexcept { return 0; }
 
 void write_body(writer& w, const request_mr& m) noexcept {
     w.u32(m.request_id);
@@ -251,8 +263,13 @@ void write_body(writer& w, const deny_mr& m) noexcept {
     w.bytes(m.reason);
 }
 void write_body(writer& w, const return_mr& m) noexcept { w.u64(m.region_id); }
-void write_body(writer& w, const release_mr& m) noexcept { w.u64(m.region_id); }
+void write_body(writer& w, const release_mr& m) noexcept {
+    w.u16(static_cast<std::uint16_t>(m.region_ids.size()));
+    for (auto id : m.region_ids)
+        w.u64(id);
+}
 void write_body(writer& w, const revoke_mr& m) noexcept { w.u64(m.region_id); }
+void write_body(writer&, const ack&) noexcept {}
 
 [[noreturn]] void fail(const std::string& what) { throw protocol_error("agent message: " + what); }
 
@@ -285,9 +302,9 @@ grant_mr read_body(reader& r) {
 template <>
 return_mr read_body(reader& r) { return return_mr{r.u64()}; }
 template <>
-release_mr read_body(reader& r) { return release_mr{r.u64()}; }
-template <>
 revoke_mr read_body(reader& r) { return revoke_mr{r.u64()}; }
+template <>
+ack read_body(reader&) { return ack{}; }
 
 template <class T>
 message checked(T m) {
@@ -320,6 +337,23 @@ message decode_deny(reader& r, std::size_t body_length) {
     return checked(std::move(m));
 }
 
+message decode_release(reader& r, std::size_t body_length) {
+    if (body_length < release_fixed_size)
+        fail("release_mr body is " + dec(body_length) + " bytes (at least " + dec(release_fixed_size) + ")");
+    std::size_t count = r.u16();
+    // Checked before anything is allocated for the ids.
+    if (count == 0 || count > max_release_batch)
+        fail("release_mr.count " + dec(count) + " is not 1 to " + dec(max_release_batch));
+    if (body_length != release_fixed_size + 8 * count)
+        fail("release_mr body is " + dec(body_length) + " bytes but count " + dec(count) + " needs " +
+             dec(release_fixed_size + 8 * count));
+    release_mr m;
+    m.region_ids.reserve(count);
+    for (std::size_t i = 0; i < count; ++i)
+        m.region_ids.push_back(r.u64());
+    return checked(std::move(m));
+}
+
 }  // namespace
 
 const char* to_string(message_type t) noexcept {
@@ -330,6 +364,7 @@ const char* to_string(message_type t) noexcept {
     case message_type::return_mr: return "return_mr";
     case message_type::release_mr: return "release_mr";
     case message_type::revoke_mr: return "revoke_mr";
+    case message_type::ack: return "ack";
     }
     return "unknown";
 }
@@ -362,7 +397,7 @@ std::string fit_reason(std::string_view text) {
     return out;
 }
 
-std::size_t encode(const message& m, std::span<std::byte> out) {
+std::size_t encode(const message& m, std::span<std::byte> out, std::uint16_t acked) {
     if (out.size() < max_message_size)
         throw std::invalid_argument("agent_protocol::encode: the output buffer is " + dec(out.size()) +
                                     " bytes (needs max_message_size, " + dec(max_message_size) + ")");
@@ -380,7 +415,7 @@ std::size_t encode(const message& m, std::span<std::byte> out) {
             w.u8(version);
             w.u8(static_cast<std::uint8_t>(type_of(m)));
             w.u16(static_cast<std::uint16_t>(length));
-            w.u16(0);  // reserved
+            w.u16(acked);
             write_body(w, body);
             assert(w.written() == header_size + length);
             return w.written();
@@ -388,7 +423,7 @@ std::size_t encode(const message& m, std::span<std::byte> out) {
         m);
 }
 
-message decode(std::span<const std::byte> in) {
+frame decode_frame(std::span<const std::byte> in) {
     if (in.size() < header_size)
         fail(dec(in.size()) + " bytes is shorter than the " + dec(header_size) + "-byte header");
     reader r(in);
@@ -403,21 +438,24 @@ message decode(std::span<const std::byte> in) {
         fail("unknown message type " + dec(type_byte));
     auto type = static_cast<message_type>(type_byte);
     std::size_t body_length = r.u16();
-    if (auto reserved = r.u16(); reserved != 0)
-        fail("reserved header field is " + hex(reserved, 4) + " (must be 0)");
+    std::uint16_t acked = r.u16();  // any value: the agent checks it against what it sent
     if (body_length != in.size() - header_size)
         fail(std::string(to_string(type)) + " header says body_length " + dec(body_length) + " but " +
              dec(in.size() - header_size) + " bytes follow");
 
-    switch (type) {
-    case message_type::request_mr: return decode_fixed<request_mr>(r, type, body_length, request_body_size);
-    case message_type::grant_mr: return decode_fixed<grant_mr>(r, type, body_length, grant_body_size);
-    case message_type::deny_mr: return decode_deny(r, body_length);
-    case message_type::return_mr: return decode_fixed<return_mr>(r, type, body_length, region_body_size);
-    case message_type::release_mr: return decode_fixed<release_mr>(r, type, body_length, region_body_size);
-    case message_type::revoke_mr: return decode_fixed<revoke_mr>(r, type, body_length, region_body_size);
-    }
-    fail("unknown message type " + dec(type_byte));  // not reached: checked above
+    auto body = [&]() -> message {
+        switch (type) {
+        case message_type::request_mr: return decode_fixed<request_mr>(r, type, body_length, request_body_size);
+        case message_type::grant_mr: return decode_fixed<grant_mr>(r, type, body_length, grant_body_size);
+        case message_type::deny_mr: return decode_deny(r, body_length);
+        case message_type::return_mr: return decode_fixed<return_mr>(r, type, body_length, region_body_size);
+        case message_type::release_mr: return decode_release(r, body_length);
+        case message_type::revoke_mr: return decode_fixed<revoke_mr>(r, type, body_length, region_body_size);
+        case message_type::ack: return decode_fixed<ack>(r, type, body_length, 0);
+        }
+        fail("unknown message type " + dec(type_byte));  // not reached: checked above
+    };
+    return frame{body(), acked};
 }
 
 }  // namespace cordma::detail::agent_protocol

@@ -12,14 +12,27 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace cordma::detail::agent_protocol {
 
 inline constexpr std::uint16_t magic = 0x4341;  // "CA" (cordma agent)
-inline constexpr std::uint8_t version = 1;
+inline constexpr std::uint8_t version = 2;
 /// No message is longer; receive buffers are this big.
 inline constexpr std::size_t max_message_size = 256;
 inline constexpr std::size_t max_reason_length = 200;
+/// Flow control: a side may have at most `window` counted messages (every
+/// type but ack) that the peer has not yet acknowledged in a header's
+/// `acked` field. The receiver acknowledges a message only after its buffer
+/// is posted again, and sends a bare ack once `ack_after` are unacknowledged.
+inline constexpr std::uint32_t window = 16;
+inline constexpr std::uint32_t ack_after = window / 2;
+/// Receives each side keeps posted: the window, plus the bare acks that can
+/// be on their way (each acknowledges at least ack_after of this side's
+/// messages, so at most 2 are unread at once), plus slack.
+inline constexpr std::uint32_t receive_depth = window + 4;
+/// Region ids one release_mr carries (it fills a receive buffer).
+inline constexpr std::size_t max_release_batch = 30;
 
 /// Asks the peer to allocate, register and grant a region.
 struct request_mr {
@@ -62,9 +75,10 @@ struct return_mr {
     bool operator==(const return_mr&) const = default;
 };
 
-/// A holder no longer needs a region: the owner frees it.
+/// A holder no longer needs these regions: the owner frees them. Drops
+/// close together travel as one message.
 struct release_mr {
-    std::uint64_t region_id = 0;
+    std::vector<std::uint64_t> region_ids;  // 1 .. max_release_batch, each nonzero
 
     bool operator==(const release_mr&) const = default;
 };
@@ -76,7 +90,13 @@ struct revoke_mr {
     bool operator==(const revoke_mr&) const = default;
 };
 
-using message = std::variant<request_mr, grant_mr, deny_mr, return_mr, release_mr, revoke_mr>;
+/// Acknowledges the peer's messages (in the header) when there is nothing
+/// else to carry the acknowledgement. Not counted, never acknowledged.
+struct ack {
+    bool operator==(const ack&) const = default;
+};
+
+using message = std::variant<request_mr, grant_mr, deny_mr, return_mr, release_mr, revoke_mr, ack>;
 
 /// Type bytes on the wire, in variant order starting at 1.
 enum class message_type : std::uint8_t {
@@ -86,6 +106,7 @@ enum class message_type : std::uint8_t {
     return_mr = 4,
     release_mr = 5,
     revoke_mr = 6,
+    ack = 7,
 };
 
 /// "request_mr", "grant_mr", ...; "unknown" for a value outside the enum.
@@ -107,14 +128,25 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-/// Writes `m` into `out` (at least max_message_size bytes); returns the
-/// length. Throws std::invalid_argument if `m` itself breaks the rules
-/// (e.g. a reason longer than max_reason_length).
-std::size_t encode(const message& m, std::span<std::byte> out);
+/// Writes `m` into `out` (at least max_message_size bytes) with `acked` in
+/// its header (how many counted messages this side has handled from the
+/// peer, modulo 2^16); returns the length. Throws std::invalid_argument if
+/// `m` itself breaks the rules (e.g. a reason longer than max_reason_length).
+std::size_t encode(const message& m, std::span<std::byte> out, std::uint16_t acked = 0);
+
+/// Whether a message counts against the window (all but ack).
+inline bool counted(const message& m) noexcept { return !std::holds_alternative<ack>(m); }
+
+/// One message off the wire, with its header's acknowledgement.
+struct frame {
+    message body;
+    std::uint16_t acked = 0;
+};
 
 /// Parses one message. Throws protocol_error naming the first problem:
 /// wrong magic or version, unknown type, wrong length for the type, or a
 /// field out of its range (zero region id, size 0, bad alignment, ...).
-message decode(std::span<const std::byte> in);
+frame decode_frame(std::span<const std::byte> in);
+inline message decode(std::span<const std::byte> in) { return decode_frame(in).body; }
 
 }  // namespace cordma::detail::agent_protocol

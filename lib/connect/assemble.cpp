@@ -1,17 +1,24 @@
 #include "connect/assemble.hpp"
 
 #include "agent/agent.hpp"
+#include "connect/qp_settings.hpp"
 #include "engine/connection_state.hpp"
 #include "engine/transport.hpp"
 
 namespace cordma::detail {
+
+static_assert(control_capacity.max_recv_wr >= agent_protocol::receive_depth,
+              "the control QP must hold every receive the agent keeps posted");
+static_assert(control_capacity.max_send_wr >= agent_protocol::window + 2,
+              "the control QP's send queue must hold a full window and the acks");
 
 connection assemble(connection_parts parts) {
     auto state = std::make_shared<connection_state>(parts.event_listener, std::move(parts.data), parts.peer);
     if (parts.watcher)
         state->set_transport(std::move(parts.watcher));
     if (parts.agent_pool)
-        state->agent = std::make_shared<agent>(parts.event_listener, std::move(parts.agent_pool), parts.limits, parts.peer);
+        state->agent = std::make_shared<agent>(parts.event_listener, std::move(parts.agent_pool), parts.limits,
+                                               parts.peer, parts.agent_timeout, std::move(parts.ledger));
     state->reopen = std::move(parts.reopen);
     return connection_access::make(std::move(state));
 }

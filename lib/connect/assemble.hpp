@@ -5,6 +5,7 @@
 /// peer an agent whose control QP is attached now or, over rdma_cm's second
 /// handshake, a moment later.
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 namespace cordma::detail {
 
 class transport;
+class agent_ledger;
 
 struct connection_parts {
     std::shared_ptr<cordma::event_listener> event_listener;
@@ -30,6 +32,11 @@ struct connection_parts {
     /// is not cordma, or connection::adopt).
     std::shared_ptr<memory_pool> agent_pool;
     agent_limits limits{};
+    /// The default deadline of agent calls (builder::agent_timeout).
+    std::chrono::milliseconds agent_timeout{30'000};
+    /// What each peer host holds over all connections of the builder (null:
+    /// the agent keeps its own).
+    std::shared_ptr<agent_ledger> ledger;
     /// How to open another QP to the same peer (the connecting side only).
     std::function<task<connection>()> reopen;
 };

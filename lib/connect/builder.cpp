@@ -101,6 +101,14 @@ builder& builder::connect_timeout(std::chrono::milliseconds limit) {
 builder& builder::exchange(endpoint_exchange how) { settings_.exchange = how; return *this; }
 builder& builder::agent_limits(const cordma::agent_limits& limits) { settings_.agent = limits; return *this; }
 
+builder& builder::agent_timeout(std::chrono::milliseconds limit) {
+    if (limit.count() <= 0)
+        throw std::invalid_argument("builder::agent_timeout(" + std::to_string(limit.count()) +
+                                    " ms): must be positive (agent_call::forever for no deadline)");
+    settings_.agent_timeout = limit;
+    return *this;
+}
+
 task<connection> builder::connect(std::string address) {
     // Parsing and name resolution happen here, on the caller's thread, so a
     // bad address throws before anything is created and DNS never blocks the

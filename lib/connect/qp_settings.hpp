@@ -44,9 +44,10 @@ struct usable_gid {
 };
 std::vector<usable_gid> usable_gids(const device_context& device, std::uint8_t port, int family);
 
-/// The agent's control QP: a few messages in flight, receives re-posted as
-/// soon as handled, so waiting out "receiver not ready" forever is safe.
-inline constexpr qp_capacity control_capacity{.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1,
+/// The agent's control QP: its flow control keeps at most a window of
+/// messages and two acks unread at the peer (docs/agent-protocol.md), and
+/// every receive is re-posted as soon as its message is handled.
+inline constexpr qp_capacity control_capacity{.max_send_wr = 24, .max_recv_wr = 24, .max_send_sge = 1,
                                               .max_recv_sge = 1, .max_inline_data = 0};
 
 }  // namespace cordma::detail

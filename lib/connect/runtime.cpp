@@ -1,5 +1,7 @@
 #include "connect/runtime.hpp"
 
+#include "agent/agent_ledger.hpp"
+
 #include <algorithm>
 
 namespace cordma::detail {
@@ -9,6 +11,7 @@ std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
     rt->event_listener = event_listener::start(device_context::open(settings.device), {.mode = settings.polling});
     rt->pd = protection_domain::create(rt->event_listener->device());
     rt->pool = memory_pool::create(rt->pd);
+    rt->ledger = std::make_shared<agent_ledger>();
     rt->send_cq = rt->event_listener->create_cq(settings.cq_size);
     rt->recv_cq = rt->event_listener->create_cq(settings.cq_size);
     return rt;

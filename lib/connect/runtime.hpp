@@ -28,6 +28,9 @@ struct runtime : std::enable_shared_from_this<runtime> {
     /// started by the first TCP connect or listen; stopped and joined when
     /// the runtime goes.
     std::shared_ptr<class tcp_service> tcp;
+    /// What each peer host holds from the agents of these connections
+    /// (agent_limits::max_peer_total_bytes, max_peer_regions).
+    std::shared_ptr<class agent_ledger> ledger;
 
     /// Event listener thread. An RC QP on the shared PD and CQs, which grow first
     /// to make room for it (a CQ that can overflow loses completions); the

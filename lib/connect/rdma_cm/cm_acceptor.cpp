@@ -143,6 +143,8 @@ task<connection> cm_acceptor::accept(std::stop_token token) {
         parts.watcher = std::move(cm);
         parts.agent_pool = request->hello ? rt_->pool : nullptr;
         parts.limits = agent_limits_for(settings_);
+        parts.agent_timeout = settings_.agent_timeout;
+        parts.ledger = rt_->ledger;
         return parts;
     }());
             if (request->hello)  // a cordma client: its agent's control QP follows

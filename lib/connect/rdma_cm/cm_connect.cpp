@@ -53,6 +53,8 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
         parts.watcher = std::move(data->cm);
         parts.agent_pool = rt->pool;
         parts.limits = agent_limits_for(settings);
+        parts.agent_timeout = settings.agent_timeout;
+        parts.ledger = rt->ledger;
         parts.reopen = [rt, settings, where] { return connect_rdma_cm(rt, settings, where); };
         return parts;
     }());

@@ -112,6 +112,8 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
         parts.watcher = std::move(channel);
         parts.agent_pool = rt->pool;
         parts.limits = agent_limits_for(settings);
+        parts.agent_timeout = settings.agent_timeout;
+        parts.ledger = rt->ledger;
         return parts;
     }());
     attach_control(conn, std::move(control_qp));

@@ -1,0 +1,56 @@
+#pragma once
+/// What each peer host holds from this side over all its connections of one
+/// builder: the per-peer half of agent_limits (max_peer_total_bytes,
+/// max_peer_regions). Shared by the agents of one runtime; event listener
+/// thread only.
+
+#include <cstddef>
+#include <map>
+#include <string>
+
+namespace cordma::detail {
+
+class agent_ledger {
+public:
+    struct account {
+        std::size_t bytes = 0;
+        std::size_t regions = 0;
+    };
+
+    /// The host part of a peer name: "10.0.0.2:7471" -> "10.0.0.2",
+    /// "[fe80::1]:7471" -> "[fe80::1]"; anything else as it is.
+    static std::string host_of(const std::string& peer) {
+        if (!peer.empty() && peer.front() == '[') {
+            auto close = peer.find(']');
+            return close == std::string::npos ? peer : peer.substr(0, close + 1);
+        }
+        auto colon = peer.rfind(':');
+        if (colon == std::string::npos || peer.find(':') != colon)
+            return peer;
+        return peer.substr(0, colon);
+    }
+
+    account held_by(const std::string& host) const {
+        auto it = accounts_.find(host);
+        return it == accounts_.end() ? account{} : it->second;
+    }
+    void add(const std::string& host, std::size_t bytes) {
+        auto& a = accounts_[host];
+        a.bytes += bytes;
+        a.regions += 1;
+    }
+    void remove(const std::string& host, std::size_t bytes) noexcept {
+        auto it = accounts_.find(host);
+        if (it == accounts_.end())
+            return;
+        it->second.bytes -= bytes;
+        it->second.regions -= 1;
+        if (it->second.regions == 0)
+            accounts_.erase(it);
+    }
+
+private:
+    std::map<std::string, account> accounts_;
+};
+
+}  // namespace cordma::detail

@@ -1,0 +1,49 @@
+#pragma once
+// The peer program (tests/support/peer.cpp), started as a separate process
+// from the path in CORDMA_TEST_PEER (tests/meson.build sets it). Killed and
+// reaped when it goes out of scope, so a failed test leaves nothing behind.
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+extern char** environ;
+
+namespace cordma::test {
+
+struct peer_process {
+    pid_t pid = -1;
+    explicit peer_process(std::vector<std::string> args) {
+        const char* path = std::getenv("CORDMA_TEST_PEER");
+        REQUIRE(path != nullptr);
+        args.insert(args.begin(), path);
+        std::vector<char*> argv;
+        for (auto& a : args)
+            argv.push_back(a.data());
+        argv.push_back(nullptr);
+        REQUIRE(posix_spawn(&pid, path, nullptr, nullptr, argv.data(), environ) == 0);
+    }
+    peer_process(const peer_process&) = delete;
+    peer_process& operator=(const peer_process&) = delete;
+    int wait() {
+        int status = 0;
+        waitpid(pid, &status, 0);
+        pid = -1;
+        return status;
+    }
+    ~peer_process() {
+        if (pid > 0) {
+            kill(pid, SIGCONT);  // a stopped process dies only once continued
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+        }
+    }
+};
+
+}  // namespace cordma::test
