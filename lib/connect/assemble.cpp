@@ -13,6 +13,7 @@ connection assemble(connection_parts parts) {
     if (parts.agent_pool)
         state->agent = std::make_shared<agent>(parts.event_listener, std::move(parts.agent_pool), parts.limits, parts.peer);
     state->reopen = std::move(parts.reopen);
+    state->peer_private_data = std::move(parts.peer_private_data);
     return connection_access::make(std::move(state));
 }
 
