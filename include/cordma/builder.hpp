@@ -71,7 +71,11 @@ struct CORDMA_API connection_settings {
     int cq_size = 1024;
     qp_capacity capacity{};
     /// Path MTU cap; both sides use the smaller of their caps (and of the
-    /// ports' active MTUs).
+    /// ports' active MTUs). Over rdma_cm without the agent (with_agent =
+    /// false) there is no hello to agree on one: each side caps its own QP, under the path's
+    /// MTU, and since an RC connection needs one MTU at both ends (the
+    /// middle packets of a message are exactly one MTU long), set the same
+    /// cap on both sides, or leave it to the path.
     ibv_mtu path_mtu = IBV_MTU_4096;
     /// Local ACK timeout code: 4.096 us * 2^timeout (14: about 67 ms).
     std::uint8_t timeout = 14;
@@ -145,7 +149,8 @@ public:
     /// program): over rdma_cm, `connect` and `accept` set up one QP and
     /// send builder::private_data, nothing of cordma's own; the path MTU is
     /// what rdma_cm's path gives (rdma_init_qp_attr), capped by
-    /// builder::path_mtu. Over the TCP exchange, both ends must be cordma
+    /// builder::path_mtu on this side's QP only (the peer must use the same
+    /// MTU: a plain peer takes the path's). Over the TCP exchange, both ends must be cordma
     /// with agent(false): one QP's endpoint and the private data cross the
     /// socket (docs/wire-formats.md). Every other setting applies as with
     /// the agent. On such a connection the agent's calls throw
