@@ -248,10 +248,11 @@ TEST_CASE("a plain connection's MTU is the path's, capped by builder::path_mtu, 
     CHECK(mine.timeout == 12);
     CHECK(mine.min_rnr_timer == 5);
     CHECK(mine.qp_access_flags == IBV_ACCESS_REMOTE_READ);
-    // A message longer than the MTU goes out in several packets.
-    auto pool = b.pool();
+    // A message longer than the MTU goes out in several packets. (Each
+    // side's buffers from its own builder's pool: two builders, two PDs.)
     std::string big(3000, 'm');
-    auto [a, c] = sync_wait(when_all(echo_once(server, pool, std::string(2500, 's')), echo_once(client, pool, big)));
+    auto [a, c] = sync_wait(when_all(echo_once(server, server_side.pool(), std::string(2500, 's')),
+                                     echo_once(client, b.pool(), big)));
     CHECK(a == big);
     CHECK(c == std::string(2500, 's'));
 
