@@ -1,6 +1,6 @@
 // The byte formats cordma puts on the wire besides the agent's (which has
 // its own test, agent_protocol): the TCP endpoint message and the rdma_cm
-// hello and reply (docs/wire-formats.md). No device needed.
+// hello, reply and refusal (docs/wire-formats.md). No device needed.
 
 #include <algorithm>
 #include <cstring>
@@ -50,8 +50,30 @@ TEST_CASE("the TCP endpoint message round-trips and every rejected field is name
                       })),
                       Contains("field 'gid'"));
     CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[32] = 0; })), Contains("field 'mtu'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[33] = 2; })),
+                      Contains("field 'flags' is 2"));
     CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[35] = 1; })),
-                      Contains("field 'reserved'"));
+                      Contains("field 'private_data_length' is 1, but only a message without an agent"));
+    CHECK(got.agent);
+    CHECK(bytes[33] == 0);
+}
+
+TEST_CASE("a TCP endpoint message without an agent carries its private data's length", "[wire]") {
+    ibv_gid gid{};
+    gid.raw[15] = 1;
+    detail::endpoint_message sent{{.qpn = 77, .psn = 5, .gid = gid, .lid = 0}, IBV_MTU_4096};
+    sent.agent = false;
+    sent.private_data_length = 150;
+    auto bytes = detail::encode_endpoint_message(sent);
+    CHECK(bytes[33] == 1);  // flags: no agent
+    CHECK(bytes[34] == 0);  // length, big-endian
+    CHECK(bytes[35] == 150);
+    auto got = detail::decode_endpoint_message(bytes);
+    CHECK_FALSE(got.agent);
+    CHECK(got.private_data_length == 150);
+    bytes[34] = 1;  // 406 bytes: more than an accept carries
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(bytes),
+                      Catch::Contains("field 'private_data_length' is 406, more than 196"));
 }
 
 namespace {
@@ -103,5 +125,19 @@ TEST_CASE("the rdma_cm hello and reply are recognised, and anything else is not"
         reply.mtu = 0;
         CHECK_FALSE(detail::cm_reply::from(carrying(&reply, sizeof reply)).has_value());
         CHECK_FALSE(detail::cm_reply::from(carrying(&hello, sizeof hello)).has_value());
+    }
+    SECTION("a refusal names one of two reasons, and nothing else is one") {
+        detail::cm_refusal refusal;
+        refusal.reason = detail::cm_refusal::listener_without_agent;
+        auto r = detail::cm_refusal::from(carrying(&refusal, sizeof refusal));
+        REQUIRE(r.has_value());
+        CHECK(r->reason == detail::cm_refusal::listener_without_agent);
+        refusal.reason = 3;
+        CHECK_FALSE(detail::cm_refusal::from(carrying(&refusal, sizeof refusal)).has_value());
+        CHECK_FALSE(detail::cm_refusal::from(carrying(&hello, sizeof hello)).has_value());
+        CHECK_FALSE(detail::cm_refusal::from(carrying(nullptr, 0)).has_value());
+        detail::cm_reply reply;
+        reply.mtu = IBV_MTU_1024;
+        CHECK_FALSE(detail::cm_refusal::from(carrying(&reply, sizeof reply)).has_value());
     }
 }

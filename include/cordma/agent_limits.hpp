@@ -27,6 +27,8 @@ struct CORDMA_API agent_limits {
     std::chrono::milliseconds default_lease{30'000};
     /// The longest lease granted; longer requests get this.
     std::chrono::milliseconds max_lease{600'000};
+
+    friend bool operator==(const agent_limits&, const agent_limits&) = default;
 };
 
 }  // namespace cordma

@@ -16,10 +16,13 @@
 
 #include <cordma/export.hpp>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <cordma/access.hpp>
 #include <cordma/agent_limits.hpp>
@@ -68,7 +71,11 @@ struct CORDMA_API connection_settings {
     int cq_size = 1024;
     qp_capacity capacity{};
     /// Path MTU cap; both sides use the smaller of their caps (and of the
-    /// ports' active MTUs).
+    /// ports' active MTUs). Over rdma_cm without the agent (with_agent =
+    /// false) there is no hello to agree on one: each side caps its own QP, under the path's
+    /// MTU, and since an RC connection needs one MTU at both ends (the
+    /// middle packets of a message are exactly one MTU long), set the same
+    /// cap on both sides, or leave it to the path.
     ibv_mtu path_mtu = IBV_MTU_4096;
     /// Local ACK timeout code: 4.096 us * 2^timeout (14: about 67 ms).
     std::uint8_t timeout = 14;
@@ -91,11 +98,29 @@ struct CORDMA_API connection_settings {
     std::chrono::milliseconds connect_timeout{10'000};
     endpoint_exchange exchange = endpoint_exchange::rdma_cm;
     /// What peers may take from this side through the memory-region agent.
+    /// Refused with with_agent = false, unless left at its default.
     cordma::agent_limits agent{};
     /// How long an agent call (request_remote_mr, receive_remote_mr, ...)
     /// may wait, unless the call's agent_call::timeout says otherwise.
+    /// Refused with with_agent = false, unless left at its default.
     std::chrono::milliseconds agent_timeout{30'000};
+    /// true: each connection is a data QP plus the agent's control QP,
+    /// and both ends must be cordma with the agent on. false: a plain RC
+    /// connection of one QP, which any verbs program can be the other end
+    /// of (see builder::agent).
+    bool with_agent = true;
+    /// Sent to the peer while connecting, with with_agent = false only:
+    /// in the connect request (connect: at most 56 bytes) or in the accept
+    /// (listen: at most 196 bytes). The peer reads it with
+    /// connection::peer_private_data.
+    std::vector<std::byte> private_data;
 };
+
+/// The most private data a connect request carries (rdma_cm over IB/RoCE:
+/// the CM's REQ has 92 bytes, 36 of which are rdma_cm's own header).
+inline constexpr std::size_t max_connect_private_data = 56;
+/// The most private data an accept carries (the CM's REP).
+inline constexpr std::size_t max_accept_private_data = 196;
 
 class CORDMA_API builder {
 public:
@@ -124,6 +149,39 @@ public:
     /// (positive; agent_call::forever for none).
     builder& agent_timeout(std::chrono::milliseconds limit);
 
+    /// With or without the memory-region agent (default: with).
+    ///
+    /// agent(false) makes plain RC connections, to talk to programs that
+    /// are not cordma (a librdmacm server or client, `ib_send_bw -R`, any C
+    /// program): over rdma_cm, `connect` and `accept` set up one QP and
+    /// send builder::private_data, nothing of cordma's own; the path MTU is
+    /// what rdma_cm's path gives (rdma_init_qp_attr), capped by
+    /// builder::path_mtu on this side's QP only (the peer must use the same
+    /// MTU: a plain peer takes the path's). Over the TCP exchange, both ends must be cordma
+    /// with agent(false): one QP's endpoint and the private data cross the
+    /// socket (docs/wire-formats.md). Every other setting applies as with
+    /// the agent. On such a connection the agent's calls throw
+    /// std::logic_error, connection::peer_private_data has what the peer
+    /// sent, and new_connection opens another plain connection.
+    ///
+    /// Both ends must agree: a listener with the agent refuses (and logs)
+    /// a client whose connect request has no cordma hello, and a listener
+    /// without it refuses a cordma client that has one; the cordma client
+    /// then fails at once with std::errc::protocol_not_supported, naming
+    /// the setting. A client with the agent that reaches a plain server
+    /// fails the same way as soon as the server accepts.
+    builder& agent(bool enabled);
+
+    /// The private data to send while connecting (the default: none). Only
+    /// with agent(false): connect and listen refuse it with the agent,
+    /// whose handshake fills the private data itself. At most
+    /// max_accept_private_data (196) bytes, and connect refuses more than
+    /// max_connect_private_data (56), what a connect request can carry.
+    /// Throws std::invalid_argument for more than 196 bytes.
+    builder& private_data(std::span<const std::byte> bytes);
+    /// The same, from the bytes of a string (no terminating zero).
+    builder& private_data(std::string_view bytes);
+
     const connection_settings& settings() const noexcept { return settings_; }
 
     /// Connects to a listener at `address` ("host:port"). The address is
@@ -135,8 +193,10 @@ public:
     /// (std::errc::connection_refused) or no answer within it
     /// (std::errc::timed_out), std::invalid_argument for a setting that
     /// cannot apply (naming it), verbs_error for a device that does not
-    /// exist (listing those that do). The coroutine resumes on the
-    /// event listener thread.
+    /// exist (listing those that do), std::errc::protocol_not_supported
+    /// when the peer does not match builder::agent (a plain server, or a
+    /// cordma listener with the other choice). The coroutine resumes on
+    /// the event listener thread.
     task<connection> connect(std::string address);
 
     /// Listens on `address` ("addr:port"; an empty addr or 0.0.0.0 for every

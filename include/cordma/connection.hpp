@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -168,6 +169,24 @@ public:
     /// The event listener whose thread serves this connection.
     const std::shared_ptr<cordma::event_listener>& event_listener() const;
 
+    /// The private data the peer sent while the connection was set up,
+    /// for connections made with builder::agent(false): on an accepted
+    /// connection, the client's connect request's; on a connecting one, the
+    /// listener's accept's. Over rdma_cm the connection manager pads it
+    /// with zeros to its message's size (on RoCE and InfiniBand, 56 bytes
+    /// for a connect request, 196 for an accept), so it may end in zeros
+    /// the peer did not send; over the TCP exchange it is exactly the peer's
+    /// builder::private_data. Empty on connections with an agent (cordma's
+    /// handshake uses the private data itself), from connect_loopback and
+    /// from adopt. Valid as long as a handle to the connection is.
+    std::span<const std::byte> peer_private_data() const;
+
+    /// Whether the memory-region agent serves this connection (builder
+    /// connections with builder::agent(true), the default, and
+    /// connect_loopback); without it the agent's calls throw
+    /// std::logic_error.
+    bool has_agent() const;
+
     /// SEND `local` to the peer's next posted receive.
     operation<void> send(local_slice local, std::stop_token token = {});
     /// SEND with a 32-bit immediate the receiver gets in recv_result::imm.
@@ -210,8 +229,9 @@ public:
     task<void> close();
 
     // ---- The memory-region agent (docs/agent-protocol.md) ----------------
-    // Connections from a builder or connect_loopback have an agent; those
-    // from connection::adopt do not (these calls throw std::logic_error).
+    // Connections from a builder (unless made with builder::agent(false))
+    // or connect_loopback have an agent; the others (has_agent() is false)
+    // do not, and these calls throw std::logic_error naming the call.
     // All are lazy, resume on the event listener thread, and throw
     // disconnected_error once the connection is gone.
     //
@@ -257,7 +277,9 @@ public:
     /// Opens another queue pair to the same peer, sharing this connection's
     /// device, PD, CQs and listener: for parallelism. Only on the connecting
     /// side (the peer's listener accepts it like any client); an accepted
-    /// connection throws std::logic_error.
+    /// connection throws std::logic_error. It connects as the first did,
+    /// with the same settings: with builder::agent(false), another plain
+    /// connection carrying the same private data.
     task<connection> new_connection();
 
     /// True once the connection is shut down, closed, or broken by an error

@@ -24,7 +24,11 @@ public:
     /// Waits for the next client and completes its handshake. Lazy; resumes
     /// on the event listener thread. Several accepts may wait at once; each
     /// gets its own client. A client that gives up mid-handshake is dropped
-    /// and the accept goes on waiting. Throws disconnected_error once the
+    /// and the accept goes on waiting. So is (at once, logged on stderr with
+    /// the reason) a client whose builder::agent differs from the one this
+    /// listener was made with: a listener with the agent takes cordma
+    /// clients with the agent, one with builder::agent(false) takes plain
+    /// clients (any librdmacm program, or cordma with agent(false)). Throws disconnected_error once the
     /// listener is closed, operation_cancelled if `token` is stopped.
     task<connection> accept(std::stop_token token = {});
 

@@ -10,11 +10,15 @@
 
 namespace cordma {
 
+bool connection::has_agent() const { return checked_state("has_agent").agent != nullptr; }
+
 std::shared_ptr<detail::agent> connection::agent_for(const char* call) const {
     if (!checked_state(call).agent)
         throw std::logic_error(std::string("connection::") + call + " to " + peer() +
-                               ": this connection has no agent: it was made with connection::adopt, or the peer is "
-                               "not cordma. Connections from a builder and from connect_loopback have one");
+                               ": this connection has no agent (a plain RC connection: its builder had "
+                               "builder::agent(false), or it was made with connection::adopt). To get one, connect "
+                               "and listen with the agent on (builder::agent(true), the default) on both sides, "
+                               "with cordma at both ends; connect_loopback pairs have one too");
     return detail::agent_of(*state_);
 }
 

@@ -20,6 +20,7 @@ connection assemble(connection_parts parts) {
         state->agent = std::make_shared<agent>(parts.event_listener, std::move(parts.agent_pool), parts.limits,
                                                parts.peer, parts.agent_timeout, std::move(parts.ledger));
     state->reopen = std::move(parts.reopen);
+    state->peer_private_data = std::move(parts.peer_private_data);
     return connection_access::make(std::move(state));
 }
 

@@ -6,9 +6,11 @@
 /// handshake, a moment later.
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <cordma/agent_limits.hpp>
 #include <cordma/connection.hpp>
@@ -28,8 +30,8 @@ struct connection_parts {
     std::string peer;
     /// What carried the set-up and watches the peer (null for loopback).
     std::shared_ptr<transport> watcher;
-    /// The pool the agent serves requests from; null: no agent (a peer that
-    /// is not cordma, or connection::adopt).
+    /// The pool the agent serves requests from; null: no agent
+    /// (builder::agent(false)).
     std::shared_ptr<memory_pool> agent_pool;
     agent_limits limits{};
     /// The default deadline of agent calls (builder::agent_timeout).
@@ -39,6 +41,8 @@ struct connection_parts {
     std::shared_ptr<agent_ledger> ledger;
     /// How to open another QP to the same peer (the connecting side only).
     std::function<task<connection>()> reopen;
+    /// The private data the peer sent (connections without an agent).
+    std::vector<std::byte> peer_private_data;
 };
 
 /// Event listener thread (or before the connection is shared). The connection.

@@ -7,6 +7,7 @@
 #include <cordma/listener.hpp>
 
 #include "connect/connect.hpp"
+#include "connect/qp_settings.hpp"
 #include "connect/runtime.hpp"
 
 namespace cordma {
@@ -100,6 +101,19 @@ builder& builder::connect_timeout(std::chrono::milliseconds limit) {
 }
 builder& builder::exchange(endpoint_exchange how) { settings_.exchange = how; return *this; }
 builder& builder::agent_limits(const cordma::agent_limits& limits) { settings_.agent = limits; return *this; }
+builder& builder::agent(bool enabled) { settings_.with_agent = enabled; return *this; }
+builder& builder::private_data(std::span<const std::byte> bytes) {
+    if (bytes.size() > max_accept_private_data)
+        throw std::invalid_argument("builder::private_data(" + std::to_string(bytes.size()) +
+                                    " bytes): at most " + std::to_string(max_accept_private_data) +
+                                    " (what an rdma_cm accept carries; a connect request carries " +
+                                    std::to_string(max_connect_private_data) + ")");
+    settings_.private_data.assign(bytes.begin(), bytes.end());
+    return *this;
+}
+builder& builder::private_data(std::string_view bytes) {
+    return private_data(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())));
+}
 
 builder& builder::agent_timeout(std::chrono::milliseconds limit) {
     if (limit.count() <= 0)
@@ -114,6 +128,7 @@ task<connection> builder::connect(std::string address) {
     // bad address throws before anything is created and DNS never blocks the
     // event listener thread.
     socket_address where = resolve(parse_address(address));
+    detail::check_handshake_settings(settings_, detail::handshake_side::connecting);
     auto rt = runtime();
     if (settings_.exchange == endpoint_exchange::tcp)
         return detail::connect_tcp(std::move(rt), settings_, where);
@@ -122,6 +137,7 @@ task<connection> builder::connect(std::string address) {
 
 listener builder::listen(std::string_view address) {
     socket_address where = resolve(parse_address(address, 0, true), true);
+    detail::check_handshake_settings(settings_, detail::handshake_side::accepting);
     if (settings_.exchange == endpoint_exchange::tcp)
         return detail::listen_tcp(runtime(), settings_, where);
     return detail::listen_rdma_cm(runtime(), settings_, where);

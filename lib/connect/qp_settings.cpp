@@ -55,6 +55,26 @@ std::vector<usable_gid> usable_gids(const device_context& device, std::uint8_t p
     return out;
 }
 
+void check_handshake_settings(const connection_settings& s, handshake_side side) {
+    const char* call = side == handshake_side::connecting ? "connect" : "listen";
+    if (s.with_agent && !s.private_data.empty())
+        throw std::invalid_argument("builder::private_data (" + std::to_string(s.private_data.size()) +
+                                    " bytes) with the agent on, at " + call +
+                                    ": cordma's own handshake fills the private data; private data is for plain "
+                                    "connections, builder::agent(false)");
+    if (side == handshake_side::connecting && s.private_data.size() > max_connect_private_data)
+        throw std::invalid_argument("builder::private_data (" + std::to_string(s.private_data.size()) +
+                                    " bytes), at connect: a connect request carries at most " +
+                                    std::to_string(max_connect_private_data) + " bytes (" +
+                                    std::to_string(max_accept_private_data) + " are for an accept, at listen)");
+    if (!s.with_agent && !(s.agent == agent_limits{}))
+        throw std::invalid_argument(std::string("builder::agent_limits with builder::agent(false), at ") + call +
+                                    ": without an agent there is nothing to limit; drop one of the two");
+    if (!s.with_agent && s.agent_timeout != connection_settings{}.agent_timeout)
+        throw std::invalid_argument(std::string("builder::agent_timeout with builder::agent(false), at ") + call +
+                                    ": without an agent there are no agent calls to time; drop one of the two");
+}
+
 agent_limits agent_limits_for(const connection_settings& settings) {
     agent_limits limits = settings.agent;
     limits.allowed_access = limits.allowed_access & settings.remote_access;

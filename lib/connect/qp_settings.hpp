@@ -32,6 +32,16 @@ const char* to_string(endpoint_exchange how) noexcept;
 qp_connect_options qp_options(const connection_settings& settings, const device_context& device,
                               const sockaddr* local, std::uint8_t cm_port, qp_role role);
 
+enum class handshake_side { connecting, accepting };
+
+/// Refuses, by name, the settings of the handshake itself that cannot
+/// apply, for either transport: builder::private_data with the agent on
+/// (cordma's hello fills the private data) or longer than `side` can carry
+/// (a connect request: 56 bytes), builder::agent_limits changed from its
+/// default with builder::agent(false) (there is no agent to limit). Throws
+/// std::invalid_argument.
+void check_handshake_settings(const connection_settings& settings, handshake_side side);
+
 /// What the agent may grant on a connection with these settings: its
 /// agent_limits, with allowed_access narrowed to what the QP lets peers do
 /// (builder::remote_access), so a grant never claims more than works.

@@ -5,6 +5,7 @@
 /// handler), then calls the target on the event listener thread.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -13,12 +14,16 @@
 namespace cordma::detail {
 
 struct cm_event_copy {
+    /// The most private data an rdma_cm event carries: an accept's (IB CM
+    /// REP, 196 bytes; a connect request carries 56, a reject 148).
+    static constexpr std::size_t max_private_data = 196;
+
     rdma_cm_event_type type{};
     int status = 0;
     rdma_cm_id* id = nullptr;
     rdma_cm_id* listen_id = nullptr;
     std::uint8_t private_data_len = 0;
-    std::array<std::uint8_t, 64> private_data{};
+    std::array<std::uint8_t, max_private_data> private_data{};
     std::uint8_t responder_resources = 0;
     std::uint8_t initiator_depth = 0;
 };

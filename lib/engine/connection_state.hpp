@@ -69,6 +69,10 @@ public:
     /// How to open another QP to the same peer (set by the connecting side).
     std::function<task<connection>()> reopen;
 
+    /// What the peer sent in its private data while connecting (plain
+    /// connections only; connection::peer_private_data).
+    std::vector<std::byte> peer_private_data;
+
     /// Number of work requests posted and not yet completed.
     std::size_t outstanding() const noexcept { return outstanding_; }
 

@@ -159,7 +159,7 @@ void event_listener::on_cm_ready() {
         copy.listen_id = event->listen_id;
         const rdma_conn_param& param = event->param.conn;
         if (param.private_data != nullptr && param.private_data_len > 0) {
-            copy.private_data_len = static_cast<std::uint8_t>(std::min<std::size_t>(param.private_data_len, 64));
+            copy.private_data_len = static_cast<std::uint8_t>(std::min<std::size_t>(param.private_data_len, detail::cm_event_copy::max_private_data));
             std::memcpy(copy.private_data.data(), param.private_data, copy.private_data_len);
         }
         copy.responder_resources = param.responder_resources;

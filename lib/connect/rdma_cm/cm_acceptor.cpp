@@ -79,7 +79,22 @@ void cm_acceptor::on_cm_event(const cm_event_copy& event) noexcept {
         auto hello = cm_hello::from(event);
         if (hello && hello->kind == cm_hello::control)
             return accept_control(event.id, *hello);
-        if (auto refused = requests_->push({event.id, hello}))
+        // Both ends must agree on the agent: refuse a mismatch now, saying
+        // why, rather than leave a client waiting for a control QP (or a
+        // reply) that never comes.
+        if (settings_.with_agent && !hello)
+            return refuse_client(event.id, cm_refusal::listener_with_agent,
+                                 "its connect request carries no cordma hello (a plain rdma_cm client, or cordma "
+                                 "with builder::agent(false)), and this listener has the agent on; listen with "
+                                 "builder::agent(false) to accept plain clients");
+        if (!settings_.with_agent && hello)
+            return refuse_client(event.id, cm_refusal::listener_without_agent,
+                                 "it is a cordma client with the agent on, and this listener has "
+                                 "builder::agent(false); connect with builder::agent(false)");
+        connect_request request{event.id, hello, {}};
+        if (!hello)
+            request.private_data = private_data_of(event);
+        if (auto refused = requests_->push(std::move(request)))
             reject(refused->id);
         return;
     }
@@ -88,6 +103,13 @@ void cm_acceptor::on_cm_event(const cm_event_copy& event) noexcept {
         requests_->erase_if([&](const connect_request& r) { return r.id == event.id; });
         rdma_destroy_id(event.id);
     }
+}
+
+void cm_acceptor::refuse_client(rdma_cm_id* id, cm_refusal::reason_type reason, const char* why) noexcept {
+    std::string peer = peer_of(id);
+    std::fprintf(stderr, "cordma: listener %s: refused a client from %s: %s\n", address_.c_str(), peer.c_str(), why);
+    refuse(id, reason);
+    rdma_destroy_id(id);
 }
 
 void cm_acceptor::shut() noexcept {
@@ -141,10 +163,13 @@ task<connection> cm_acceptor::accept(std::stop_token token) {
         parts.data = std::move(qp);
         parts.peer = std::move(peer);
         parts.watcher = std::move(cm);
-        parts.agent_pool = request->hello ? rt_->pool : nullptr;
-        parts.limits = agent_limits_for(settings_);
-        parts.agent_timeout = settings_.agent_timeout;
-        parts.ledger = rt_->ledger;
+        if (request->hello) {
+            parts.agent_pool = rt_->pool;
+            parts.limits = agent_limits_for(settings_);
+            parts.agent_timeout = settings_.agent_timeout;
+            parts.ledger = rt_->ledger;
+        }
+        parts.peer_private_data = std::move(request->private_data);
         return parts;
     }());
             if (request->hello)  // a cordma client: its agent's control QP follows

@@ -1,13 +1,18 @@
 #pragma once
 /// A listening rdma_cm id: connect requests wait in a waiter_queue until an
 /// accept() takes them; the agents' control QPs that follow accepted
-/// connections are paired with them by token. Event listener thread only;
-/// destroyed there.
+/// connections are paired with them by token. A listener with the agent
+/// takes only clients that send cordma's hello; one with
+/// builder::agent(false) only clients that do not (plain ones); each
+/// refuses the others at once, with a cm_refusal saying why, and logs it.
+/// Event listener thread only; destroyed there.
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <rdma/rdma_cma.h>
 
@@ -27,6 +32,8 @@ class connection_state;
 struct connect_request {
     rdma_cm_id* id = nullptr;
     std::optional<cm_hello> hello;
+    /// What a plain client sent (builder::agent(false) listeners).
+    std::vector<std::byte> private_data;
 };
 
 class cm_acceptor : public cm_target, public acceptor {
@@ -46,6 +53,7 @@ private:
     static void dispatch(cm_target* self, const cm_event_copy& event) noexcept;
     void on_cm_event(const cm_event_copy& event) noexcept;
     void accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept;
+    void refuse_client(rdma_cm_id* id, cm_refusal::reason_type reason, const char* why) noexcept;
     void shut() noexcept;
 
     std::shared_ptr<runtime> rt_;

@@ -1,6 +1,7 @@
 // builder::connect over rdma_cm: the data QP's handshake (retried while the
 // peer refuses, until the connect deadline), then the agent's control QP,
-// paired with it by a token.
+// paired with it by a token; with builder::agent(false), the data QP alone,
+// carrying the user's private data.
 #include <random>
 #include <system_error>
 
@@ -23,8 +24,11 @@ std::uint64_t random_token() {
 task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where) {
     co_await rt->event_listener->schedule();
     auto deadline = std::chrono::steady_clock::now() + settings.connect_timeout;
-    cm_hello hello;
-    hello.token = random_token();
+    std::optional<cm_hello> hello;
+    if (settings.with_agent) {
+        hello.emplace();
+        hello->token = random_token();
+    }
     std::optional<cm_link> data;
     std::exception_ptr refused;  // the last definite answer, if any
     for (auto backoff = std::chrono::milliseconds(10);; backoff = std::min(backoff * 2, std::chrono::milliseconds(200))) {
@@ -51,14 +55,19 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
         parts.data = std::move(data->qp);
         parts.peer = std::move(peer);
         parts.watcher = std::move(data->cm);
-        parts.agent_pool = rt->pool;
-        parts.limits = agent_limits_for(settings);
-        parts.agent_timeout = settings.agent_timeout;
-        parts.ledger = rt->ledger;
+        if (hello) {
+            parts.agent_pool = rt->pool;
+            parts.limits = agent_limits_for(settings);
+            parts.agent_timeout = settings.agent_timeout;
+            parts.ledger = rt->ledger;
+        }
+        parts.peer_private_data = std::move(data->peer_private_data);
         parts.reopen = [rt, settings, where] { return connect_rdma_cm(rt, settings, where); };
         return parts;
     }());
-    hello.kind = cm_hello::control;
+    if (!hello)
+        co_return conn;  // a plain connection: no control QP
+    hello->kind = cm_hello::control;
     std::exception_ptr failure;
     try {
         auto control_deadline = std::chrono::steady_clock::now() + settings.connect_timeout;

@@ -17,6 +17,17 @@ std::string peer_of(rdma_cm_id* id) {
     return peer.to_string();
 }
 
+void refuse(rdma_cm_id* id, cm_refusal::reason_type reason) noexcept {
+    cm_refusal refusal;
+    refusal.reason = reason;
+    rdma_reject(id, &refusal, sizeof refusal);
+}
+
+std::vector<std::byte> private_data_of(const cm_event_copy& event) {
+    const auto* bytes = reinterpret_cast<const std::byte*>(event.private_data.data());
+    return {bytes, bytes + event.private_data_len};
+}
+
 [[noreturn]] void throw_connect_failure(const std::string& peer, const char* step, const cm_event_copy* event,
                                         std::chrono::milliseconds limit) {
     if (event == nullptr)
@@ -24,6 +35,19 @@ std::string peer_of(rdma_cm_id* id) {
                                 "connect to " + peer + ": timed out after " +
                                     std::to_string(limit.count() / 1000.0).substr(0, 4) + " s while " + step +
                                     " (builder::connect_timeout)");
+    if (event->type == RDMA_CM_EVENT_REJECTED) {
+        // A cordma listener whose builder::agent differs says so; that is
+        // final, unlike nothing listening yet.
+        if (auto refusal = cm_refusal::from(*event))
+            throw std::system_error(
+                std::make_error_code(std::errc::protocol_not_supported),
+                "connect to " + peer + ": refused: " +
+                    (refusal->reason == cm_refusal::listener_without_agent
+                         ? "the listener has builder::agent(false) (plain connections only) and this side has the "
+                           "agent on; connect with builder::agent(false), or give the listener the agent"
+                         : "the listener has the agent on and this side has builder::agent(false); connect with "
+                           "the agent (builder::agent(true), the default), or listen with builder::agent(false)"));
+    }
     if (event->type == RDMA_CM_EVENT_REJECTED)
         throw std::system_error(std::make_error_code(std::errc::connection_refused),
                                 "connect to " + peer + ": connection refused (nothing listening there, or the peer "
@@ -81,7 +105,7 @@ ibv_mtu capped_mtu(const device_context& device, const qp_connect_options& optio
 }  // namespace
 
 task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settings& settings,
-                            const socket_address& where, qp_role role, cm_hello hello,
+                            const socket_address& where, qp_role role, std::optional<cm_hello> hello,
                             std::chrono::steady_clock::time_point deadline) {
     std::string peer = where.to_string();
     auto cm = cm_id::make(rt, nullptr, peer);
@@ -110,20 +134,40 @@ task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settin
     auto [init, init_mask] = cm_attributes(cm->id(), IBV_QPS_INIT, peer);
     qp->modify_to_init(options, init, init_mask);
 
-    hello.mtu = static_cast<std::uint8_t>(capped_mtu(device, options));
     rdma_conn_param param = conn_param(*rt, settings, *qp);
-    param.private_data = &hello;
-    param.private_data_len = sizeof hello;
+    if (hello) {
+        hello->mtu = static_cast<std::uint8_t>(capped_mtu(device, options));
+        param.private_data = &*hello;
+        param.private_data_len = sizeof *hello;
+    } else if (!settings.private_data.empty()) {
+        // A plain connection: the user's bytes, nothing of cordma's. The
+        // MTU is the path's (rdma_init_qp_attr at RTR), capped by ours.
+        param.private_data = settings.private_data.data();
+        param.private_data_len = static_cast<std::uint8_t>(settings.private_data.size());
+    }
     check_minus_one(rdma_connect(cm->id(), &param), [&] { return "rdma_connect(" + peer + ")"; });
     cm_event_copy response = co_await expect(RDMA_CM_EVENT_CONNECT_RESPONSE, "waiting for the peer to accept");
-    if (auto reply = cm_reply::from(response))
+    std::vector<std::byte> peer_private_data;
+    if (hello) {
+        auto reply = cm_reply::from(response);
+        if (!reply) {
+            rdma_reject(cm->id(), nullptr, 0);
+            throw std::system_error(std::make_error_code(std::errc::protocol_not_supported),
+                                    "connect to " + peer +
+                                        ": the peer accepted without cordma's reply, so it is not a cordma listener "
+                                        "(a plain rdma_cm server?) and cannot serve the agent; connect to it with "
+                                        "builder::agent(false)");
+        }
         options.mtu = std::min(options.mtu, static_cast<ibv_mtu>(reply->mtu));
+    } else {
+        peer_private_data = private_data_of(response);
+    }
     auto [rtr, rtr_mask] = cm_attributes(cm->id(), IBV_QPS_RTR, peer);
     qp->modify_to_rtr(options, nullptr, rtr, rtr_mask);
     auto [rts, rts_mask] = cm_attributes(cm->id(), IBV_QPS_RTS, peer);
     qp->modify_to_rts(options, rts, rts_mask);
     check_minus_one(rdma_establish(cm->id()), [&] { return "rdma_establish(" + peer + ")"; });
-    co_return cm_link{std::move(cm), std::move(qp)};
+    co_return cm_link{std::move(cm), std::move(qp), std::move(peer_private_data)};
 }
 
 task<std::shared_ptr<queue_pair>> cm_accept_qp(std::shared_ptr<runtime> rt, const connection_settings& settings,
@@ -149,8 +193,14 @@ task<std::shared_ptr<queue_pair>> cm_accept_qp(std::shared_ptr<runtime> rt, cons
         cm_reply reply;
         reply.mtu = static_cast<std::uint8_t>(options.mtu);
         rdma_conn_param param = conn_param(*rt, settings, *qp);
-        param.private_data = &reply;
-        param.private_data_len = sizeof reply;
+        if (hello) {
+            param.private_data = &reply;
+            param.private_data_len = sizeof reply;
+        } else if (!settings.private_data.empty()) {
+            // A plain client: the user's bytes, nothing of cordma's.
+            param.private_data = settings.private_data.data();
+            param.private_data_len = static_cast<std::uint8_t>(settings.private_data.size());
+        }
         check_minus_one(rdma_accept(cm->id(), &param), [&] { return "rdma_accept(" + peer + ")"; });
     } catch (...) {
         rdma_reject(cm->id(), nullptr, 0);

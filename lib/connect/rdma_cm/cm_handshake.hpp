@@ -5,8 +5,11 @@
 /// over the TCP exchange, each on the side that set it.
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <cordma/address.hpp>
 #include <cordma/builder.hpp>
@@ -23,22 +26,35 @@ namespace cordma::detail {
 struct cm_link {
     std::shared_ptr<cm_id> cm;
     std::shared_ptr<queue_pair> qp;
+    /// The private data of the peer's accept (plain connections).
+    std::vector<std::byte> peer_private_data;
 };
 
 /// Active side: resolve, route, QP, connect with `hello`, RTR, RTS,
-/// establish; all by `deadline`. Throws std::system_error (refused,
-/// unreachable, timed out), std::invalid_argument for a setting that cannot
-/// apply.
+/// establish; all by `deadline`. Without a hello (builder::agent(false)) the
+/// connect request carries settings.private_data, and the accept's private
+/// data is the link's peer_private_data; with one, the accept must carry
+/// cordma's reply. Throws std::system_error (refused, unreachable, timed
+/// out; protocol_not_supported for a peer whose builder::agent differs),
+/// std::invalid_argument for a setting that cannot apply.
 task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settings& settings,
-                            const socket_address& where, qp_role role, cm_hello hello,
+                            const socket_address& where, qp_role role, std::optional<cm_hello> hello,
                             std::chrono::steady_clock::time_point deadline);
 
-/// Passive side, for the connect request on `cm`: QP, RTR, RTS, accept,
-/// wait until established (bounded by connect_timeout). Rejects the request
-/// and throws if any step fails.
+/// Passive side, for the connect request on `cm`: QP, RTR, RTS, accept
+/// (with cordma's reply to a hello, else settings.private_data), wait until
+/// established (bounded by connect_timeout). Rejects the request and throws
+/// if any step fails.
 task<std::shared_ptr<queue_pair>> cm_accept_qp(std::shared_ptr<runtime> rt, const connection_settings& settings,
                                                std::shared_ptr<cm_id> cm, qp_role role,
                                                const std::optional<cm_hello>& hello);
+
+/// Refuses the connect request on `id` (not yet accepted) with `reason`
+/// in the reject's private data.
+void refuse(rdma_cm_id* id, cm_refusal::reason_type reason) noexcept;
+
+/// The private data an event carries, as the connection keeps it.
+std::vector<std::byte> private_data_of(const cm_event_copy& event);
 
 /// "connect to 10.0.0.2:7471: ..." errors for a failed step.
 [[noreturn]] void throw_connect_failure(const std::string& peer, const char* step, const cm_event_copy* event,

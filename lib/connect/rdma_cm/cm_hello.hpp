@@ -5,6 +5,11 @@
 /// this is (the user's data QP, or the agent's control QP), the token that
 /// pairs them on the accepting side, and the sender's path MTU cap.
 /// cm_reply, in the accept: the MTU both sides then use (the smaller cap).
+/// cm_refusal, in a reject: why a cordma listener refused a client whose
+/// builder::agent does not match its own, so that a cordma client fails at
+/// once with that reason instead of retrying as if nothing listened.
+/// Connections without an agent (builder::agent(false)) send none of these:
+/// the user's private data instead.
 
 #include <cstdint>
 #include <cstring>
@@ -29,7 +34,7 @@ struct cm_hello {
     std::uint64_t token = 0;
 
     /// The hello in a connect request, if it carries a valid one (a client
-    /// that is not cordma sends none: it gets a connection without agent).
+    /// that is not cordma, or has builder::agent(false), sends none).
     static std::optional<cm_hello> from(const cm_event_copy& event) {
         cm_hello h;
         if (event.private_data_len < sizeof h)
@@ -61,5 +66,31 @@ struct cm_reply {
     }
 };
 static_assert(sizeof(cm_reply) == 8);
+
+struct cm_refusal {
+    static constexpr std::uint32_t expected_magic = 0x43444d4e;  // "CDMN"
+    enum reason_type : std::uint8_t {
+        /// The listener has builder::agent(false); the client sent a hello.
+        listener_without_agent = 1,
+        /// The listener has the agent; the client sent no hello.
+        listener_with_agent = 2,
+    };
+    std::uint32_t magic = expected_magic;
+    std::uint8_t version = 1;
+    std::uint8_t reason = 0;
+    std::uint16_t reserved = 0;
+
+    static std::optional<cm_refusal> from(const cm_event_copy& event) {
+        cm_refusal r;
+        if (event.private_data_len < sizeof r)
+            return std::nullopt;
+        std::memcpy(&r, event.private_data.data(), sizeof r);
+        if (r.magic != expected_magic || r.version != 1 ||
+            (r.reason != listener_without_agent && r.reason != listener_with_agent))
+            return std::nullopt;
+        return r;
+    }
+};
+static_assert(sizeof(cm_refusal) == 8);
 
 }  // namespace cordma::detail

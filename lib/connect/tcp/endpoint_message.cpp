@@ -44,6 +44,8 @@ std::array<std::uint8_t, endpoint_message_size> encode_endpoint_message(const en
     put32(&out[12], message.endpoint.psn);
     std::memcpy(&out[16], message.endpoint.gid.raw, 16);
     out[32] = static_cast<std::uint8_t>(message.mtu);
+    out[33] = message.agent ? 0 : endpoint_flag_no_agent;
+    put16(&out[34], message.agent ? 0 : message.private_data_length);
     return out;
 }
 
@@ -77,8 +79,17 @@ endpoint_message decode_endpoint_message(std::span<const std::uint8_t, endpoint_
     if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096)
         throw bad("mtu", "is " + std::to_string(mtu) + ", not an MTU code (1..5 = 256..4096 bytes)");
     out.mtu = static_cast<ibv_mtu>(mtu);
-    if (in[33] != 0 || in[34] != 0 || in[35] != 0)
-        throw bad("reserved", "is not zero");
+    std::uint8_t flags = in[33];
+    if ((flags & ~endpoint_flag_no_agent) != 0)
+        throw bad("flags", "is " + std::to_string(flags) + ", and only bit 0 (no agent) is defined");
+    out.agent = (flags & endpoint_flag_no_agent) == 0;
+    out.private_data_length = get16(&in[34]);
+    if (out.agent && out.private_data_length != 0)
+        throw bad("private_data_length", "is " + std::to_string(out.private_data_length) +
+                                             ", but only a message without an agent (flags bit 0) carries private data");
+    if (out.private_data_length > endpoint_max_private_data)
+        throw bad("private_data_length", "is " + std::to_string(out.private_data_length) + ", more than " +
+                                             std::to_string(endpoint_max_private_data));
     return out;
 }
 

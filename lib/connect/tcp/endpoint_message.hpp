@@ -6,6 +6,9 @@
 /// The conversation, the same for both sides (all integers big-endian):
 ///
 ///     -> endpoint message (36 bytes)      <- endpoint message (36 bytes)
+///        with the agent: a second pair, for the agent's control QP;
+///        without it (flags bit 0): the private data, as long as the
+///        message says, follows each message instead
 ///        both QPs go RESET -> INIT -> RTR -> RTS
 ///     -> ready (1 byte, 'R')              <- ready (1 byte, 'R')
 ///        then nothing more; EOF or an error on the socket means the peer is gone
@@ -21,7 +24,11 @@
 ///         16    16  gid       raw, as ibv_gid
 ///         32     1  mtu       ibv_mtu code 1..5 (256..4096 bytes): the
 ///                             sender's path MTU cap; both use the smaller
-///         33     3  reserved  zero
+///         33     1  flags     bit 0: no agent (builder::agent(false)); the
+///                             other bits zero
+///         34     2  private_data_length
+///                             bytes of private data after the message, at
+///                             most 196; 0 unless flags bit 0 is set
 ///
 /// "ready" waits until both QPs are in RTS, so neither side sends before the
 /// other can receive. The Asio side (io thread, sockets, handshake) lives in the
@@ -41,12 +48,19 @@ namespace cordma::detail {
 struct endpoint_message {
     qp_endpoint endpoint;
     ibv_mtu mtu = IBV_MTU_4096;
+    /// false: the sender has builder::agent(false) (flags bit 0).
+    bool agent = true;
+    /// Bytes of private data following the message (only without an agent).
+    std::uint16_t private_data_length = 0;
 };
 
 inline constexpr std::uint32_t endpoint_magic = 0x4352444d;  // "CRDM"
 inline constexpr std::uint16_t endpoint_version = 1;
 inline constexpr std::size_t endpoint_message_size = 36;
 inline constexpr std::uint8_t ready_byte = 'R';
+inline constexpr std::uint8_t endpoint_flag_no_agent = 0x01;
+/// As much as an rdma_cm accept carries, so both transports take the same.
+inline constexpr std::uint16_t endpoint_max_private_data = 196;
 
 std::array<std::uint8_t, endpoint_message_size> encode_endpoint_message(const endpoint_message& message);
 

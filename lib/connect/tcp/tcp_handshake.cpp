@@ -1,6 +1,7 @@
 #include "connect/tcp/tcp_handshake.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <stdexcept>
 #include <system_error>
@@ -29,11 +30,20 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
     qp_connect_options control_options = qp_options(settings, *device, io->local.get(), 0, qp_role::control);
     auto qp = rt->create_qp(settings.capacity);
     ibv_mtu mtu = std::min(options.mtu, device->query_port(options.port).active_mtu);
-    io->sent = encode_endpoint_message({qp->local_endpoint(options.port, options.gid_index), mtu});
+    endpoint_message ours{qp->local_endpoint(options.port, options.gid_index), mtu};
+    if (!settings.with_agent) {
+        ours.agent = false;
+        ours.private_data_length = static_cast<std::uint16_t>(settings.private_data.size());
+        io->private_sent = settings.private_data;
+    }
+    io->sent = encode_endpoint_message(ours);
 
     check(co_await on_io(service, listener, io,
                          [](const std::shared_ptr<tcp_io>& io, io_done done) {
-                             asio::async_write(io->socket, asio::buffer(io->sent), std::move(done));
+                             // Without an agent the private data follows the message at once.
+                             std::array<asio::const_buffer, 2> buffers{asio::buffer(io->sent),
+                                                                       asio::buffer(io->private_sent)};
+                             asio::async_write(io->socket, buffers, std::move(done));
                          }),
           who, limit, "sending our endpoint");
     check(co_await on_io(service, listener, io,
@@ -48,30 +58,52 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
         throw handshake_error(std::make_error_code(std::errc::protocol_error),
                               who + ": malformed endpoint message from the peer: " + e.what());
     }
+    // Both ends must agree on the agent; each side finds a mismatch in the
+    // other's first message, so both fail with the reason.
+    if (remote.agent != settings.with_agent)
+        throw handshake_error(std::make_error_code(std::errc::protocol_not_supported),
+                              who + ": " +
+                                  (settings.with_agent
+                                       ? "the peer has builder::agent(false) (plain connections only) and this side "
+                                         "has the agent on; use builder::agent(false) on both sides, or the agent "
+                                         "on both"
+                                       : "the peer has the agent on and this side has builder::agent(false); use "
+                                         "builder::agent(false) on both sides, or the agent on both"));
 
-    // The agent's control QP: a second endpoint over the same socket, same
-    // format, so user traffic and agent traffic never share a receive queue.
-    auto control_qp = rt->create_qp(control_capacity);
-    io->sent = encode_endpoint_message({control_qp->local_endpoint(options.port, options.gid_index), mtu});
-    check(co_await on_io(service, listener, io,
-                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
-                             asio::async_write(io->socket, asio::buffer(io->sent), std::move(done));
-                         }),
-          who, limit, "sending our agent endpoint");
-    check(co_await on_io(service, listener, io,
-                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
-                             asio::async_read(io->socket, asio::buffer(io->received), std::move(done));
-                         }),
-          who, limit, "waiting for the peer's agent endpoint");
-    endpoint_message remote_control;
-    try {
-        remote_control = decode_endpoint_message(io->received);
-    } catch (const std::invalid_argument& e) {
-        throw handshake_error(std::make_error_code(std::errc::protocol_error),
-                              who + ": malformed agent endpoint message from the peer: " + e.what());
+    std::shared_ptr<queue_pair> control_qp;
+    if (settings.with_agent) {
+        // The agent's control QP: a second endpoint over the same socket,
+        // same format, so user traffic and agent traffic never share a
+        // receive queue.
+        control_qp = rt->create_qp(control_capacity);
+        io->sent = encode_endpoint_message({control_qp->local_endpoint(options.port, options.gid_index), mtu});
+        check(co_await on_io(service, listener, io,
+                             [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                                 asio::async_write(io->socket, asio::buffer(io->sent), std::move(done));
+                             }),
+              who, limit, "sending our agent endpoint");
+        check(co_await on_io(service, listener, io,
+                             [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                                 asio::async_read(io->socket, asio::buffer(io->received), std::move(done));
+                             }),
+              who, limit, "waiting for the peer's agent endpoint");
+        endpoint_message remote_control;
+        try {
+            remote_control = decode_endpoint_message(io->received);
+        } catch (const std::invalid_argument& e) {
+            throw handshake_error(std::make_error_code(std::errc::protocol_error),
+                                  who + ": malformed agent endpoint message from the peer: " + e.what());
+        }
+        control_options.mtu = std::min(mtu, remote_control.mtu);
+        control_qp->connect(remote_control.endpoint, control_options);
+    } else {
+        io->private_received.resize(remote.private_data_length);
+        check(co_await on_io(service, listener, io,
+                             [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                                 asio::async_read(io->socket, asio::buffer(io->private_received), std::move(done));
+                             }),
+              who, limit, "waiting for the peer's private data");
     }
-    control_options.mtu = std::min(mtu, remote_control.mtu);
-    control_qp->connect(remote_control.endpoint, control_options);
     options.mtu = std::min(mtu, remote.mtu);
     qp->connect(remote.endpoint, options);
 
@@ -110,13 +142,18 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
         parts.data = std::move(qp);
         parts.peer = peer;
         parts.watcher = std::move(channel);
-        parts.agent_pool = rt->pool;
-        parts.limits = agent_limits_for(settings);
-        parts.agent_timeout = settings.agent_timeout;
-        parts.ledger = rt->ledger;
+        if (control_qp) {
+            parts.agent_pool = rt->pool;
+            parts.limits = agent_limits_for(settings);
+            parts.agent_timeout = settings.agent_timeout;
+            parts.ledger = rt->ledger;
+        } else {
+            parts.peer_private_data = std::move(io->private_received);
+        }
         return parts;
     }());
-    attach_control(conn, std::move(control_qp));
+    if (control_qp)
+        attach_control(conn, std::move(control_qp));
     co_return conn;
 }
 

@@ -18,7 +18,9 @@ class tcp_channel;
 
 /// Event listener thread, both sides, over a connected socket whose deadline is
 /// running: create the QP, send our endpoint, read theirs, connect the QP,
-/// then exchange "ready". Throws handshake_error for what the peer or the
+/// then exchange "ready". With the agent, a second pair of endpoints for its
+/// control QP; without (builder::agent(false)), the private data each way
+/// instead. Throws handshake_error for what the peer or the
 /// network did wrong. `who` names this side's attempt in errors ("connect to
 /// 10.0.0.2:7471", "accept from 10.0.0.3:51234").
 task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,

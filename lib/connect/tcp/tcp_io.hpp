@@ -38,6 +38,7 @@
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <asio/error.hpp>
 #include <asio/io_context.hpp>
@@ -74,6 +75,9 @@ struct tcp_io {
     bool settled = false;
     std::array<std::uint8_t, endpoint_message_size> sent{};
     std::array<std::uint8_t, endpoint_message_size> received{};
+    // Plain connections (builder::agent(false)): the private data each way.
+    std::vector<std::byte> private_sent;
+    std::vector<std::byte> private_received;
     std::uint8_t ready_sent = ready_byte;
     std::uint8_t ready_received = 0;
     std::uint8_t stray = 0;
