@@ -149,8 +149,11 @@ TEST_CASE("agent calls to a stopped peer fail within their deadline; the connect
         args.push_back("tcp");
     peer_process peer(args);
     connection conn = sync_wait(l.accept());
+    agent_call patient;  // a process just started, or just woken, on a loaded machine may need a moment
+    patient.timeout = 20s;
     {
-        remote_mr warm_up = sync_wait(conn.request_remote_mr(64));
+        // Answered once the peer's agent is up (its control QP follows the data QP).
+        remote_mr warm_up = sync_wait(conn.request_remote_mr(64, 64, {}, read_write, patient));
         CHECK(warm_up.size() == 64);
     }
     REQUIRE(kill(peer.pid, SIGSTOP) == 0);
@@ -225,8 +228,6 @@ TEST_CASE("agent calls to a stopped peer fail within their deadline; the connect
     // The peer wakes up, answers whatever it missed, and the connection
     // works as before: nothing timed out broke it.
     REQUIRE(kill(peer.pid, SIGCONT) == 0);
-    agent_call patient;  // the woken process may need a moment on a loaded machine
-    patient.timeout = 20s;
     remote_mr after = sync_wait(conn.request_remote_mr(128, 64, {}, read_write, patient));
     CHECK(after.size() == 128);
     CHECK_FALSE(conn.is_broken());
