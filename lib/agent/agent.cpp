@@ -386,16 +386,7 @@ task<remote_mr> agent::request_remote_mr(std::size_t size, std::size_t alignment
         throw std::invalid_argument(what + " from " + peer_ +
                                     ": access must include remote_read, remote_write or remote_atomic");
     call_deadline deadline(*event_listener_, call, call_timeout_);
-    // A named token: g++ 12 mishandles a temporary with a destructor in a
-    // co_await expression inside a try block.
-    std::stop_token token = deadline.token();
-    try {
-        co_await acquire_slot(token, name);
-    } catch (const operation_cancelled&) {
-        deadline.fail(name, peer_, "waiting to send the request (the peer's agent has not read this side's last " +
-                                       std::to_string(proto::window) + " messages)",
-                      "Nothing was sent; the connection stays up.");
-    }
+    co_await acquire_slot_within(deadline, name, "the request", "Nothing was sent; the connection stays up.");
     std::uint32_t id = next_request_id_++;
     if (next_request_id_ == 0)
         next_request_id_ = 1;  // 0 on the wire means "unsolicited"
@@ -405,6 +396,7 @@ task<remote_mr> agent::request_remote_mr(std::size_t size, std::size_t alignment
                           static_cast<std::uint32_t>(std::clamp<long long>(lease.count(), 0, UINT32_MAX)),
                           static_cast<std::uint32_t>(to_verbs(access & remote_bits))};
     std::optional<proto::message> reply;
+    std::stop_token token = deadline.token();
     try {
         co_await transmit(req);
         reply = co_await answer->pop(token, name, peer_);
@@ -441,16 +433,7 @@ task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds le
                                     ", agent_limits::allowed_access (with builder::remote_access) allows " +
                                     to_string(limits_.allowed_access & remote_bits));
     call_deadline deadline(*event_listener_, call, call_timeout_);
-    // A named token: g++ 12 mishandles a temporary with a destructor in a
-    // co_await expression inside a try block.
-    std::stop_token token = deadline.token();
-    try {
-        co_await acquire_slot(token, name);
-    } catch (const operation_cancelled&) {
-        deadline.fail(name, peer_, "waiting to send the grant (the peer's agent has not read this side's last " +
-                                       std::to_string(proto::window) + " messages)",
-                      "Nothing was granted; the connection stays up.");
-    }
+    co_await acquire_slot_within(deadline, name, "the grant", "Nothing was granted; the connection stays up.");
     proto::grant_mr g;
     std::uint64_t id = add_grant(std::move(region), granted, lease, g);
     try {
@@ -461,23 +444,40 @@ task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds le
     }
 }
 
-task<remote_mr> agent::receive_remote_mr(agent_call call) {
+template <class T>
+task<T> agent::receive_within(waiter_queue<T>& queue, agent_call call, const char* name,
+                              const char* waiting_for, const char* outcome) {
     auto self = shared_from_this();
-    static constexpr const char* name = "receive_remote_mr";
     call_deadline deadline(*event_listener_, call, call_timeout_);
-    // A named token: g++ 12 mishandles a temporary with a destructor in a
-    // co_await expression inside a try block.
     std::stop_token token = deadline.token();
-    std::optional<remote_mr> r;
+    std::optional<T> r;
     try {
-        r = co_await incoming_remote_->pop(token, name, peer_);
+        r = co_await queue.pop(token, name, peer_);
     } catch (const operation_cancelled&) {
-        deadline.fail(name, peer_, "waiting for the peer to grant a region (send_local_mr)",
-                      "The connection stays up; a region that arrives later goes to the next receive_remote_mr.");
+        deadline.fail(name, peer_, waiting_for, outcome);
     }
     if (!r)
         std::rethrow_exception(gone());
     co_return std::move(*r);
+}
+
+task<void> agent::acquire_slot_within(const call_deadline& deadline, const char* name, const char* message,
+                                      const char* outcome) {
+    std::stop_token token = deadline.token();
+    try {
+        co_await acquire_slot(token, name);
+    } catch (const operation_cancelled&) {
+        deadline.fail(name, peer_,
+                      std::string("waiting to send ") + message + " (the peer's agent has not read this side's last " +
+                          std::to_string(proto::window) + " messages)",
+                      outcome);
+    }
+}
+
+task<remote_mr> agent::receive_remote_mr(agent_call call) {
+    return receive_within(*incoming_remote_, call, "receive_remote_mr",
+                          "waiting for the peer to grant a region (send_local_mr)",
+                          "The connection stays up; a region that arrives later goes to the next receive_remote_mr.");
 }
 
 task<void> agent::send_remote_mr(remote_mr region, agent_call call) {
@@ -486,16 +486,7 @@ task<void> agent::send_remote_mr(remote_mr region, agent_call call) {
     if (!region)
         throw std::invalid_argument("send_remote_mr to " + peer_ + ": an empty remote_mr (moved from?)");
     call_deadline deadline(*event_listener_, call, call_timeout_);
-    // A named token: g++ 12 mishandles a temporary with a destructor in a
-    // co_await expression inside a try block.
-    std::stop_token token = deadline.token();
-    try {
-        co_await acquire_slot(token, name);
-    } catch (const operation_cancelled&) {
-        deadline.fail(name, peer_, "waiting to send the hand-back (the peer's agent has not read this side's last " +
-                                       std::to_string(proto::window) + " messages)",
-                      "The region is released instead; the connection stays up.");
-    }
+    co_await acquire_slot_within(deadline, name, "the hand-back", "The region is released instead; the connection stays up.");
     if (region.expired()) {
         slots_->push(true);  // the slot goes unused
         throw std::system_error(std::make_error_code(std::errc::timed_out),
@@ -509,22 +500,9 @@ task<void> agent::send_remote_mr(remote_mr region, agent_call call) {
 }
 
 task<local_mr> agent::receive_local_mr(agent_call call) {
-    auto self = shared_from_this();
-    static constexpr const char* name = "receive_local_mr";
-    call_deadline deadline(*event_listener_, call, call_timeout_);
-    // A named token: g++ 12 mishandles a temporary with a destructor in a
-    // co_await expression inside a try block.
-    std::stop_token token = deadline.token();
-    std::optional<local_mr> r;
-    try {
-        r = co_await incoming_local_->pop(token, name, peer_);
-    } catch (const operation_cancelled&) {
-        deadline.fail(name, peer_, "waiting for the peer to hand a region back (send_remote_mr)",
-                      "The connection stays up; a region that comes back later goes to the next receive_local_mr.");
-    }
-    if (!r)
-        std::rethrow_exception(gone());
-    co_return std::move(*r);
+    return receive_within(*incoming_local_, call, "receive_local_mr",
+                          "waiting for the peer to hand a region back (send_remote_mr)",
+                          "The connection stays up; a region that comes back later goes to the next receive_local_mr.");
 }
 
 task<std::size_t> agent::revoke(local_slice region) {

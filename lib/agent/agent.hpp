@@ -25,6 +25,7 @@
 #include <cordma/remote_mr.hpp>
 #include <cordma/task.hpp>
 #include "agent/agent_ledger.hpp"
+#include "agent/call_deadline.hpp"
 #include "agent/agent_protocol.hpp"
 #include "engine/connection_state.hpp"
 #include "engine/waiter_queue.hpp"
@@ -80,6 +81,15 @@ private:
     task<void> ready(std::stop_token token, const char* call);
     /// Waits for room in the window for one counted message.
     task<void> acquire_slot(std::stop_token token, const char* call);
+    /// acquire_slot within `deadline`; a timeout or stop throws what the
+    /// call's caller sees, saying it was `sending` and what `outcome` is.
+    task<void> acquire_slot_within(const call_deadline& deadline, const char* call, const char* sending,
+                                   const char* outcome);
+    /// The next value of `queue` within the call's deadline. (`call` by
+    /// value: the coroutine outlives its caller's arguments.)
+    template <class T>
+    task<T> receive_within(waiter_queue<T>& queue, agent_call call, const char* name,
+                           const char* waiting_for, const char* outcome);
     /// Sends `m` now (a counted message needs its slot first), with this
     /// side's acknowledgement in the header.
     task<void> transmit(agent_protocol::message m);
