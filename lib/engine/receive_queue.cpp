@@ -179,7 +179,7 @@ receive_queue::next_operation::~next_operation() {
         return;
     // A coroutine destroyed while waiting (event listener thread, as for
     // every operation): it takes nothing with it.
-    if (waiting_ || timer_)
+    if (waiting_)
         queue_->abandon(this);
     if (slot_ != nullptr) {
         try {

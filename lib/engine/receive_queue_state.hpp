@@ -51,7 +51,9 @@ public:
     /// `timed_out`, std::errc::timed_out) if it is still the waiter that
     /// started with `ticket` (it may be long gone).
     void cancel(next_operation* op, std::uint64_t ticket, bool timed_out) noexcept;
-    /// Event listener thread. `op`'s coroutine is going away.
+    /// Event listener thread. `op`'s coroutine is going away while it waits
+    /// (one that was handed its message or failed is no longer linked, and
+    /// its timer was stopped then, on this thread).
     void abandon(next_operation* op) noexcept;
     /// Event listener thread. A message taken by next() that never reached
     /// its coroutine: first in line again.
