@@ -17,8 +17,10 @@
 /// - Posting: the constructor posts every receive before it returns. A
 ///   message's buffer is posted again when its received_message is released
 ///   (destroyed, or release()), so at most `size()` messages can be held at
-///   once; while all are held, the peer's sends wait (receiver-not-ready
-///   retries, builder::rnr_retry), they are never dropped.
+///   once. While all are held, the peer's sends wait in receiver-not-ready
+///   retries (builder::rnr_retry, min_rnr_timer); if those run out, the
+///   peer's send fails and the connection breaks, so release messages
+///   promptly, or give the queue as many buffers as messages may be held.
 /// - Order: next() yields messages in arrival order, which is the order the
 ///   peer sent them; several coroutines awaiting next() are served in the
 ///   order they started waiting.
