@@ -239,34 +239,110 @@ TEST_CASE("a write to a bad rkey fails with a remote access error and flushes th
                       "write to server: not connected: an earlier write failed with remote access error (status 10)");
 }
 
-TEST_CASE("a cancelled receive keeps its buffer alive until the hardware is done", "[operations]") {
+namespace {
+
+// Posts a recv into `buffer` with `token`, then (in the same pass on the
+// event listener thread, so certainly after the posting) stops it. Returns
+// what the cancelled recv threw.
+std::string recv_posted_then_cancelled(fixture& f, local_slice buffer) {
+    std::stop_source stop;
+    std::string what = "not cancelled";
+    sync_wait([&]() -> task<void> {
+        co_await f.listener->schedule();
+        auto posted = [&]() -> task<void> {
+            try {
+                (void)co_await f.server.recv(buffer, stop.get_token());
+            } catch (const operation_cancelled& e) {
+                what = e.what();
+            }
+        };
+        auto cancel = [&]() -> task<void> {
+            stop.request_stop();
+            co_return;
+        };
+        // when_all starts its children in order, on this thread.
+        co_await when_all(posted(), cancel());
+    }());
+    return what;
+}
+
+}  // namespace
+
+TEST_CASE("a cancelled receive keeps its buffer until the next recv takes its message", "[operations]") {
     fixture f;
     std::size_t baseline = f.pool->bytes_in_use();
-    std::stop_source stop;
-    std::atomic<bool> posted{false};
-    auto waiter = [&]() -> task<void> {
+    {
         local_mr buffer = f.pool->allocate(256);
-        posted = true;
-        co_await f.server.recv(buffer.all(), stop.get_token());
-    };
-    std::thread canceller([&] {
-        while (!posted)
-            std::this_thread::yield();
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        stop.request_stop();
-    });
-    CHECK_THROWS_AS(sync_wait(waiter()), operation_cancelled);
-    canceller.join();
-    // The coroutine and its local_mr are gone; the posted receive still owns the memory.
+        CHECK_THAT(recv_posted_then_cancelled(f, buffer.all()), Catch::Contains("goes to the next recv"));
+    }
+    // The local_mr is gone; the posted receive still owns the memory.
     CHECK(f.pool->bytes_in_use() == baseline + 256);
-    // The peer's send lands in the orphaned receive; its completion frees it.
+    // The peer's send lands in the orphaned receive and is kept there...
     local_mr out = f.filled(256, 8);
     sync_wait(f.client.send(out.all()));
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    // `out` (256 bytes) is still held; the receive's 256 bytes came back.
-    while (f.pool->bytes_in_use() != baseline + 256 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    CHECK(f.pool->bytes_in_use() == baseline + 256);
+    CHECK(f.pool->bytes_in_use() == baseline + 512);
+    // ...until the next recv takes it (copied), and the buffer goes.
+    local_mr in = f.pool->allocate(256);
+    auto r = sync_wait(f.server.recv(in.all()));
+    CHECK(r.length == 256);
+    CHECK(same_bytes(in.all(), out.all()));
+    CHECK(f.pool->bytes_in_use() == baseline + 512);  // out and in
+}
+
+TEST_CASE("a recv cancelled after posting loses nothing: its message goes to the next recv, in order",
+          "[operations]") {
+    fixture f;
+    local_mr first = f.pool->allocate(512);
+    local_mr second = f.pool->allocate(512);
+    local_mr third = f.pool->allocate(512);
+    local_mr a = f.filled(100, 21), b = f.filled(300, 22), c = f.filled(50, 23);
+    std::string what = recv_posted_then_cancelled(f, first.all());
+    CHECK(what == "recv to client: cancelled after its receive was posted; the message that lands in it goes to "
+                  "the next recv on this connection, in order: Operation canceled");
+
+    SECTION("the message arrives before the next recv is made") {
+        // Only the orphan is posted: the first message is kept in it.
+        sync_wait(f.client.send_with_imm(a.all(), 7));
+        auto r1 = sync_wait(f.server.recv(second.all()));
+        CHECK(r1.length == 100);
+        CHECK(r1.imm == std::optional<std::uint32_t>(7));
+        CHECK(same_bytes(second.slice(0, 100), a.all()));
+        auto [r2, sent] = sync_wait(when_all(f.server.recv(third.all()), f.client.send(b.all())));
+        (void)sent;
+        CHECK(r2.length == 300);
+        CHECK_FALSE(r2.imm.has_value());
+        CHECK(same_bytes(third.slice(0, 300), b.all()));
+    }
+
+    SECTION("the next recvs are waiting when the messages arrive") {
+        auto [r1, r2, r3, s1, s2, s3] = sync_wait(when_all(
+            f.server.recv(second.all()), f.server.recv(third.all()), f.server.recv_imm(), f.client.send(a.all()),
+            f.client.send(b.all()), f.client.send_with_imm(c.slice(0, 0), 99)));
+        (void)s1, (void)s2, (void)s3;
+        CHECK(r1.length == 100);
+        CHECK(same_bytes(second.slice(0, 100), a.all()));
+        CHECK(r2.length == 300);
+        CHECK(same_bytes(third.slice(0, 300), b.all()));
+        CHECK(r3.length == 0);
+        CHECK(r3.imm == std::optional<std::uint32_t>(99));
+    }
+
+    SECTION("a message that does not fit the next recv is reported, and the connection stays up") {
+        sync_wait(f.client.send(b.all()));
+        local_mr small = f.pool->allocate(64);
+        CHECK_THROWS_MATCHES(sync_wait(f.server.recv(small.all())), std::system_error,
+                             Catch::Predicate<std::system_error>([](const std::system_error& e) {
+                                 return e.code() == std::errc::message_size &&
+                                        std::string(e.what()).find("(300 bytes) arrived in the buffer of an earlier "
+                                                                   "recv that was cancelled, and does not fit this "
+                                                                   "recv's 64 bytes") != std::string::npos;
+                             }));
+        CHECK_FALSE(f.server.is_broken());
+        auto [r, sent] = sync_wait(when_all(f.server.recv(second.all()), f.client.send(c.all())));
+        (void)sent;
+        CHECK(r.length == 50);
+        CHECK(same_bytes(second.slice(0, 50), c.all()));
+    }
 }
 
 TEST_CASE("steady-state operations allocate nothing", "[operations][allocation]") {
@@ -347,7 +423,8 @@ struct eager_coroutine {
 
 }  // namespace
 
-TEST_CASE("a coroutine destroyed mid-receive leaves the buffer to the hardware until it is done", "[operations]") {
+TEST_CASE("a coroutine destroyed mid-receive leaves its buffer to the hardware, and its message to the next recv",
+          "[operations]") {
     fixture f;
     std::size_t baseline = f.pool->bytes_in_use();
     std::promise<std::coroutine_handle<>> started;
@@ -370,10 +447,13 @@ TEST_CASE("a coroutine destroyed mid-receive leaves the buffer to the hardware u
     // Frame gone, local_mr gone: the posted receive still owns the memory.
     CHECK(f.pool->bytes_in_use() == baseline + 512);
     local_mr out = f.filled(512, 11);
+    local_mr in = f.pool->allocate(512);
     std::size_t with_out = f.pool->bytes_in_use();
-    sync_wait(f.client.send(out.all()));
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (f.pool->bytes_in_use() != with_out - 512 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // The message lands in the abandoned receive and goes to the next recv;
+    // then the abandoned buffer is freed.
+    auto [r, sent] = sync_wait(when_all(f.server.recv(in.all()), f.client.send(out.all())));
+    (void)sent;
+    CHECK(r.length == 512);
+    CHECK(same_bytes(in.all(), out.all()));
     CHECK(f.pool->bytes_in_use() == with_out - 512);
 }

@@ -19,7 +19,22 @@
 ///   pending operation completes with an error and new ones throw
 ///   disconnected_error. A std::stop_token, when given, cancels the wait:
 ///   the operation throws operation_cancelled, and its buffers stay alive
-///   until the hardware is done with them.
+///   until the hardware is done with them. A send, write, read or atomic
+///   cancelled after posting may still take effect.
+/// - Receives lose nothing. A recv (or recv_imm) cancelled after posting, or
+///   whose coroutine is destroyed, cannot take its receive back from the
+///   hardware: the peer's next message lands in its buffer. That message is
+///   not dropped: it goes to the next recv on this connection, in order
+///   (copied into that recv's buffers), whether that recv is already
+///   waiting or comes later; its operation_cancelled says so. RC receives
+///   complete in posting order, so the next recv takes the cancelled one's
+///   place instead of posting behind it. If the message does not fit the
+///   next recv's buffers, that recv throws std::system_error
+///   (std::errc::message_size) naming both sizes, and the connection stays
+///   up. Messages that arrived this way are still delivered after the
+///   connection breaks. To keep receives posted ahead of the peer's sends,
+///   use a receive_queue (<cordma/receive_queue.hpp>); while one exists, it
+///   owns the connection's receives and recv throws std::logic_error.
 /// - Allocation: none per operation on the event listener thread. Awaiting from
 ///   another thread hops to the listener once (one small allocation).
 
@@ -191,7 +206,10 @@ public:
     operation<void> send(local_slice local, std::stop_token token = {});
     /// SEND with a 32-bit immediate the receiver gets in recv_result::imm.
     operation<void> send_with_imm(local_slice local, std::uint32_t imm, std::stop_token token = {});
-    /// Posts a receive into `local` and waits for the peer's SEND.
+    /// Posts a receive into `local` and waits for the peer's SEND. After a
+    /// recv was cancelled once posted, takes that one's message first (see
+    /// "Receives lose nothing" above). std::logic_error while a
+    /// receive_queue owns the connection's receives.
     operation<recv_result> recv(local_slice local, std::stop_token token = {});
     /// Posts a receive with several buffers, filled in order.
     operation<recv_result> recv(std::span<const local_slice> sg_list, std::stop_token token = {});

@@ -19,6 +19,7 @@
 #include <cordma/memory_region.hpp>
 #include <cordma/protection_domain.hpp>
 #include <cordma/queue_pair.hpp>
+#include <cordma/receive_queue.hpp>
 #include <cordma/remote_slice.hpp>
 #include <cordma/remote_mr.hpp>
 #include <cordma/sync_wait.hpp>

@@ -57,12 +57,17 @@ private:
 };
 
 /// An operation was cancelled (through its std::stop_token) before it
-/// completed. code() == std::errc::operation_canceled.
+/// completed. code() == std::errc::operation_canceled. `note` says what
+/// became of work already posted, e.g. for a recv cancelled after posting:
+///
+///     recv to 10.77.0.2:7471: cancelled after its receive was posted; the
+///     message that lands in it goes to the next recv on this connection, in
+///     order: Operation canceled
 class CORDMA_API operation_cancelled : public std::system_error {
 public:
-    operation_cancelled(const char* operation, const std::string& peer)
+    operation_cancelled(const char* operation, const std::string& peer, const std::string& note = {})
         : std::system_error(std::make_error_code(std::errc::operation_canceled),
-                            std::string(operation) + " to " + peer) {}
+                            std::string(operation) + " to " + peer + (note.empty() ? "" : ": " + note)) {}
 };
 
 /// A call ran out of time: its deadline passed before the peer answered

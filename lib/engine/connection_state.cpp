@@ -1,11 +1,17 @@
 // connection_state: a connection's QP, work slots (credits), the
-// operations waiting for a credit, and how completions resume them.
+// operations waiting for a credit, and how completions resume them; and the
+// receives whose operation was cancelled, whose messages go to the next recv.
 #include "engine/connection_state.hpp"
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
+#include <system_error>
+
+#include "engine/receive_queue_state.hpp"
 
 
 namespace cordma::detail {
@@ -51,11 +57,33 @@ connection_state::~connection_state() {
 }
 
 bool connection_state::start(operation_base* op) noexcept {
+    bool receive = is_receive(op->kind);
+    if (receive) {
+        if (receive_queue != nullptr) [[unlikely]] {
+            fail(op, std::make_exception_ptr(std::logic_error(
+                         std::string("connection::") + to_string(op->kind) + " to " + peer_ +
+                         ": a receive_queue owns this connection's receives (its posted receives take every "
+                         "incoming message); await receive_queue::next() instead, or destroy the queue first")));
+            return false;
+        }
+        // A message that arrived in a cancelled recv's buffer comes first,
+        // even once the connection is broken: it arrived before.
+        if (kept_head_ != nullptr) [[unlikely]] {
+            take_kept(op);
+            return false;
+        }
+    }
     if (broken_) {
         fail(op, std::make_exception_ptr(disconnected_error(to_string(op->kind), peer_, broken_reason_)));
         return false;
     }
-    bool receive = is_receive(op->kind);
+    if (receive && unadopted_orphans_ > 0) [[unlikely]] {
+        // A cancelled recv's receive is still posted: take its place instead
+        // of posting behind it, or the next message would land there and
+        // every later one would be one receive late.
+        adopt_orphan(op);
+        return true;
+    }
     work_slot*& free = receive ? free_recv_ : free_send_;
     if (free == nullptr) {
         enqueue(op);
@@ -66,15 +94,21 @@ bool connection_state::start(operation_base* op) noexcept {
     try {
         post(op, slot);
     } catch (...) {
+        for (auto& b : slot->buffers)
+            b = local_slice{};
         slot->op = nullptr;
         slot->next_free = free;
         free = slot;
         fail(op, std::current_exception());
         return false;
     }
+    count_posted();
+    return true;
+}
+
+void connection_state::count_posted() noexcept {
     if (outstanding_++ == 0)
         self_while_busy_ = shared_from_this();
-    return true;
 }
 
 void connection_state::post(operation_base* op, work_slot* slot) {
@@ -89,6 +123,7 @@ void connection_state::post(operation_base* op, work_slot* slot) {
         wr.sg_list = sges;
         wr.num_sge = op->sge_count;
         qp_->post_recv(wr);
+        append_posted(slot);
     } else {
         ibv_send_wr wr{};
         wr.wr_id = slot->as_wr_id();
@@ -131,7 +166,9 @@ void connection_state::post(operation_base* op, work_slot* slot) {
     }
     // Posted: from here the slot, not the frame, holds the buffers.
     for (std::size_t i = 0; i < op->sge_count; ++i)
-        slot->keep_alive[i] = std::move(const_cast<std::shared_ptr<mr_block>&>(op->local[i].block()));
+        slot->buffers[i] = std::move(op->local[i]);
+    slot->buffer_count = op->sge_count;
+    slot->adopted = false;
     slot->op = op;
     slot->ticket = op->ticket;
     op->slot = slot;
@@ -142,10 +179,78 @@ void connection_state::on_complete(completion_target* target, const ibv_wc& wc) 
     slot->owner->complete(slot, wc);
 }
 
+namespace {
+
+std::size_t capacity(const local_slice* slices, std::size_t count) noexcept {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < count; ++i)
+        total += slices[i].size();
+    return total;
+}
+
+// Copies the first `length` bytes spread over `from` into `to`, in order.
+void scatter_copy(const local_slice* from, std::size_t from_count, const local_slice* to, std::size_t to_count,
+                  std::size_t length) noexcept {
+    std::size_t fi = 0, fo = 0, ti = 0, to_off = 0;
+    while (length > 0 && fi < from_count && ti < to_count) {
+        std::size_t n = std::min({length, from[fi].size() - fo, to[ti].size() - to_off});
+        std::memcpy(to[ti].data() + to_off, from[fi].data() + fo, n);
+        length -= n;
+        fo += n;
+        to_off += n;
+        if (fo == from[fi].size()) {
+            ++fi;
+            fo = 0;
+        }
+        if (to_off == to[ti].size()) {
+            ++ti;
+            to_off = 0;
+        }
+    }
+}
+
+// The message in `slot` (a cancelled recv's buffer) becomes `op`'s: copied
+// into op's buffers, or refused by name if it does not fit (the hardware
+// would have failed the receive the same way, breaking the connection; here
+// it stays up and only this message is lost, reported to `op`).
+void hand_over(const work_slot& slot, std::uint32_t byte_len, operation_base* op, const std::string& peer) {
+    if (capacity(op->local.data(), op->sge_count) < byte_len) {
+        op->error = std::make_exception_ptr(std::system_error(
+            std::make_error_code(std::errc::message_size),
+            std::string("connection::") + to_string(op->kind) + " to " + peer + ": the next message (" +
+                std::to_string(byte_len) + " bytes) arrived in the buffer of an earlier recv that was cancelled, "
+                "and does not fit this recv's " + std::to_string(capacity(op->local.data(), op->sge_count)) +
+                " bytes; it is dropped. Give every recv on a connection a buffer as large as the largest message"));
+        return;
+    }
+    scatter_copy(slot.buffers.data(), slot.buffer_count, op->local.data(), op->sge_count, byte_len);
+}
+
+}  // namespace
+
 void connection_state::complete(work_slot* slot, const ibv_wc& wc) noexcept {
+    if (slot->receive)
+        remove_posted(slot);
+    if (slot->queue != nullptr) {
+        complete_queue_slot(slot, wc);
+        return;
+    }
     operation_base* op = slot->op;
-    for (auto& block : slot->keep_alive)
-        block.reset();
+    if (slot->receive && op == nullptr && wc.status == IBV_WC_SUCCESS) {
+        // A cancelled recv's message: keep it, buffer and all, for the next recv.
+        --unadopted_orphans_;
+        slot->byte_len = wc.byte_len;
+        slot->has_imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
+        slot->received_imm = slot->has_imm ? ntohl(wc.imm_data) : 0;
+        slot->next_in_line = nullptr;
+        (kept_tail_ ? kept_tail_->next_in_line : kept_head_) = slot;
+        kept_tail_ = slot;
+        std::shared_ptr<connection_state> keep = --outstanding_ == 0 ? std::move(self_while_busy_) : nullptr;
+        promote_waiters(true);
+        return;
+    }
+    if (slot->receive && op == nullptr)
+        --unadopted_orphans_;
     if (op != nullptr) {
         op->slot = nullptr;
         op->done = true;
@@ -158,12 +263,15 @@ void connection_state::complete(work_slot* slot, const ibv_wc& wc) noexcept {
             op->received_imm = op->has_imm ? ntohl(wc.imm_data) : 0;
             if (op->kind == op_kind::fetch_add || op->kind == op_kind::compare_swap)
                 op->old_value = *slot->atomic_result;
+            if (slot->adopted)
+                hand_over(*slot, wc.byte_len, op, peer_);
         }
     }
+    for (auto& b : slot->buffers)
+        b = local_slice{};
+    slot->adopted = false;
     if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR && !broken_)
-        mark_broken(std::string("an earlier ") + (op ? to_string(op->kind) : "abandoned operation") +
-                    " failed with " + ibv_wc_status_str(wc.status) + " (status " +
-                    std::to_string(static_cast<int>(wc.status)) + ")");
+        note_failure(op ? to_string(op->kind) : "abandoned operation", wc);
     slot->op = nullptr;
     work_slot*& free = slot->receive ? free_recv_ : free_send_;
     slot->next_free = free;
@@ -176,11 +284,91 @@ void connection_state::complete(work_slot* slot, const ibv_wc& wc) noexcept {
         op->continuation.resume();
 }
 
+void connection_state::complete_queue_slot(work_slot* slot, const ibv_wc& wc) noexcept {
+    receive_queue_state* queue = slot->queue;
+    std::shared_ptr<connection_state> keep = --outstanding_ == 0 ? std::move(self_while_busy_) : nullptr;
+    if (wc.status == IBV_WC_SUCCESS) {
+        queue->on_message(slot, wc);  // may resume a coroutine awaiting next()
+        return;
+    }
+    queue->on_failed(slot, wc);
+    if (wc.status != IBV_WC_WR_FLUSH_ERR && !broken_)
+        note_failure("receive_queue receive", wc);
+}
+
+void connection_state::note_failure(const char* what, const ibv_wc& wc) noexcept {
+    mark_broken(std::string("an earlier ") + what + " failed with " + ibv_wc_status_str(wc.status) + " (status " +
+                std::to_string(static_cast<int>(wc.status)) + ")");
+}
+
+void connection_state::append_posted(work_slot* slot) noexcept {
+    slot->next_in_line = nullptr;
+    (posted_tail_ ? posted_tail_->next_in_line : posted_head_) = slot;
+    posted_tail_ = slot;
+}
+
+void connection_state::remove_posted(work_slot* slot) noexcept {
+    // Receives complete in posting order, so this is the head; the walk is
+    // only for safety.
+    work_slot* prev = nullptr;
+    for (work_slot* s = posted_head_; s != nullptr; prev = s, s = s->next_in_line)
+        if (s == slot) {
+            (prev ? prev->next_in_line : posted_head_) = s->next_in_line;
+            if (posted_tail_ == s)
+                posted_tail_ = prev;
+            s->next_in_line = nullptr;
+            return;
+        }
+}
+
+void connection_state::adopt_orphan(operation_base* op) noexcept {
+    for (work_slot* s = posted_head_; s != nullptr; s = s->next_in_line)
+        if (s->op == nullptr && s->queue == nullptr) {
+            --unadopted_orphans_;
+            s->op = op;
+            s->ticket = op->ticket;
+            s->adopted = true;
+            op->slot = s;
+            return;
+        }
+}
+
+void connection_state::orphan(work_slot* slot) noexcept {
+    slot->op = nullptr;
+    if (slot->receive) {
+        slot->adopted = false;
+        ++unadopted_orphans_;
+    }
+}
+
+void connection_state::take_kept(operation_base* op) noexcept {
+    work_slot* slot = kept_head_;
+    kept_head_ = slot->next_in_line;
+    if (kept_head_ == nullptr)
+        kept_tail_ = nullptr;
+    slot->next_in_line = nullptr;
+    op->done = true;
+    op->status = IBV_WC_SUCCESS;
+    op->byte_len = slot->byte_len;
+    op->has_imm = slot->has_imm;
+    op->received_imm = slot->received_imm;
+    hand_over(*slot, slot->byte_len, op, peer_);
+    // Freed without promoting waiters: start() runs inside promote_waiters'
+    // loop, which takes the next waiter itself (promoting here would resume
+    // a later recv before this one).
+    for (auto& b : slot->buffers)
+        b = local_slice{};
+    slot->buffer_count = 0;
+    slot->next_free = free_recv_;
+    free_recv_ = slot;
+}
+
 void connection_state::promote_waiters(bool receive) noexcept {
     for (;;) {
         operation_base*& head = receive ? recv_waiters_head_ : send_waiters_head_;
         work_slot* free = receive ? free_recv_ : free_send_;
-        if (head == nullptr || free == nullptr)
+        bool room = free != nullptr || (receive && (kept_head_ != nullptr || unadopted_orphans_ > 0));
+        if (head == nullptr || !room)
             return;
         operation_base* op = head;
         unlink(op);
@@ -216,10 +404,17 @@ void connection_state::fail(operation_base* op, std::exception_ptr error) noexce
 }
 
 void connection_state::abandon(operation_base* op) noexcept {
-    if (op->waiting)
+    if (op->waiting) {
         unlink(op);
-    else if (op->slot != nullptr && op->slot->op == op)
-        op->slot->op = nullptr;  // orphaned: the completion just frees the slot
+    } else if (op->slot != nullptr && op->slot->op == op) {
+        // Orphaned: the completion just frees the slot (a receive's message
+        // is kept for the next recv).
+        bool receive = op->slot->receive;
+        orphan(op->slot);
+        op->slot = nullptr;
+        if (receive)
+            promote_waiters(true);
+    }
     op->slot = nullptr;
 }
 
@@ -236,18 +431,122 @@ void connection_state::cancel(operation_base* op, std::uint64_t ticket) noexcept
     for (auto* slots : {&send_slots_, &recv_slots_})
         for (work_slot& slot : *slots)
             if (slot.op == op && slot.ticket == ticket) {
-                slot.op = nullptr;  // the completion will only free the slot
+                bool receive = slot.receive;
+                orphan(&slot);  // the completion will only free the slot
                 op->slot = nullptr;
-                fail(op, std::make_exception_ptr(operation_cancelled(to_string(op->kind), peer_)));
+                fail(op, std::make_exception_ptr(
+                             receive ? operation_cancelled(
+                                           to_string(op->kind), peer_,
+                                           "cancelled after its receive was posted; the message that lands in it "
+                                           "goes to the next recv on this connection, in order")
+                                     : operation_cancelled(to_string(op->kind), peer_,
+                                                           "cancelled after it was posted; it may still take "
+                                                           "effect at the peer")));
+                // A recv waiting for a credit takes the orphan first: it
+                // waited longer than whatever the cancelled coroutine does next.
+                if (receive)
+                    promote_waiters(true);
                 op->continuation.resume();
                 return;
             }
+}
+
+std::string connection_state::receive_queue_refusal() const {
+    if (receive_queue != nullptr)
+        return "another receive_queue already owns this connection's receives; destroy it first";
+    std::size_t live = 0;
+    for (const work_slot* s = posted_head_; s != nullptr; s = s->next_in_line)
+        live += s->op != nullptr ? 1 : 0;
+    for (const operation_base* w = recv_waiters_head_; w != nullptr; w = w->next_waiting)
+        ++live;
+    if (live > 0)
+        return std::to_string(live) + " recv operation" + (live == 1 ? " is" : "s are") +
+               " still posted or waiting on it; let them complete (or cancel them) first";
+    return {};
+}
+
+void connection_state::hand_orphans_to(receive_queue_state* queue, std::vector<work_slot*>& kept,
+                                       std::vector<work_slot*>& posted) {
+    for (work_slot* s = kept_head_; s != nullptr;) {
+        work_slot* next = s->next_in_line;
+        s->next_in_line = nullptr;
+        s->queue = queue;
+        kept.push_back(s);
+        s = next;
+    }
+    kept_head_ = kept_tail_ = nullptr;
+    for (work_slot* s = posted_head_; s != nullptr; s = s->next_in_line)
+        if (s->op == nullptr && s->queue == nullptr) {
+            s->queue = queue;
+            posted.push_back(s);
+        }
+    unadopted_orphans_ = 0;
+}
+
+std::size_t connection_state::free_recv_slots() const noexcept {
+    std::size_t n = 0;
+    for (const work_slot* s = free_recv_; s != nullptr; s = s->next_free)
+        ++n;
+    return n;
+}
+
+work_slot* connection_state::take_recv_slot() noexcept {
+    work_slot* slot = free_recv_;
+    if (slot != nullptr) {
+        free_recv_ = slot->next_free;
+        slot->next_free = nullptr;
+    }
+    return slot;
+}
+
+void connection_state::post_receive(work_slot* slot) {
+    ibv_sge sges[max_sges];
+    for (std::size_t i = 0; i < slot->buffer_count; ++i) {
+        const local_slice& b = slot->buffers[i];
+        sges[i] = {reinterpret_cast<std::uint64_t>(b.data()), static_cast<std::uint32_t>(b.size()), b.lkey()};
+    }
+    ibv_recv_wr wr{};
+    wr.wr_id = slot->as_wr_id();
+    wr.sg_list = sges;
+    wr.num_sge = slot->buffer_count;
+    qp_->post_recv(wr);
+    append_posted(slot);
+    count_posted();
+}
+
+void connection_state::release_recv_slot(work_slot* slot) noexcept {
+    for (auto& b : slot->buffers)
+        b = local_slice{};
+    slot->buffer_count = 0;
+    slot->queue = nullptr;
+    slot->op = nullptr;
+    slot->adopted = false;
+    slot->next_in_line = nullptr;
+    slot->next_free = free_recv_;
+    free_recv_ = slot;
+    promote_waiters(true);
+}
+
+void connection_state::take_back_from(receive_queue_state* queue, std::span<work_slot* const> kept) noexcept {
+    for (work_slot* s = posted_head_; s != nullptr; s = s->next_in_line)
+        if (s->queue == queue) {
+            s->queue = nullptr;
+            orphan(s);
+        }
+    for (work_slot* s : kept) {
+        s->queue = nullptr;
+        s->next_in_line = nullptr;
+        (kept_tail_ ? kept_tail_->next_in_line : kept_head_) = s;
+        kept_tail_ = s;
+    }
 }
 
 void connection_state::mark_broken(const std::string& why) noexcept {
     broken_ = true;
     broken_reason_ = why;
     fail_waiters();
+    if (receive_queue != nullptr)
+        receive_queue->on_broken();
 }
 
 void connection_state::fail_waiters() noexcept {

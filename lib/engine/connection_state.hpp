@@ -1,10 +1,13 @@
 #pragma once
 /// What a connection is underneath: its QP, its work slots (credits), the
-/// operations waiting for a credit, and whether it still works. Touched only
-/// on the event listener thread.
+/// operations waiting for a credit, the receives still posted in posting
+/// order (with those whose operation was cancelled), the messages that
+/// arrived for nobody, and whether it still works. Touched only on the event
+/// listener thread.
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,8 +54,42 @@ public:
     void abandon(operation_base* op) noexcept;
 
     /// Event listener thread. Cancels `op` if it is still the operation started
-    /// with `ticket`: it completes with operation_cancelled.
+    /// with `ticket`: it completes with operation_cancelled. A receive that
+    /// was already posted stays posted, as an orphan: the message that lands
+    /// in it goes to the next recv (see start()).
     void cancel(operation_base* op, std::uint64_t ticket) noexcept;
+
+    // ---- For a receive_queue (lib/engine/receive_queue_state.cpp) -------
+    // A queue owns the receive slots it takes; their completions go to it
+    // (work_slot::queue) instead of to an operation.
+
+    /// Event listener thread. Why a receive_queue cannot take this
+    /// connection's receives now (another queue has them, or recv operations
+    /// are posted or waiting), or empty if it can.
+    std::string receive_queue_refusal() const;
+    /// Event listener thread. Gives `queue` the messages kept for the next
+    /// recv (in arrival order) and the posted orphans (in posting order), so
+    /// none is lost when a queue takes over from plain recv.
+    void hand_orphans_to(receive_queue_state* queue, std::vector<work_slot*>& kept,
+                         std::vector<work_slot*>& posted);
+    /// Event listener thread. Free receive slots (credits).
+    std::size_t free_recv_slots() const noexcept;
+    /// Event listener thread. A free receive slot, or nullptr.
+    work_slot* take_recv_slot() noexcept;
+    /// Event listener thread. Posts a receive into slot->buffers; throws
+    /// verbs_error if the QP refuses it.
+    void post_receive(work_slot* slot);
+    /// Event listener thread. Gives a slot (not posted) back: its buffers go,
+    /// and an operation waiting for a receive credit may take it.
+    void release_recv_slot(work_slot* slot) noexcept;
+    /// Event listener thread. The queue goes away: its posted receives become
+    /// orphans (their messages go to the next recv) and `kept` (its messages
+    /// nobody took, in arrival order) are kept for the next recv.
+    void take_back_from(receive_queue_state* queue, std::span<work_slot* const> kept) noexcept;
+    /// The receive_queue that owns the receives, if any (set and cleared by
+    /// the queue, which outlives its attachment).
+    receive_queue_state* receive_queue = nullptr;
+    const std::string& broken_reason() const noexcept { return broken_reason_; }
 
     /// Event listener thread. Moves the QP to ERROR so every pending operation
     /// completes (with a flush error) and new ones fail with `why`.
@@ -79,7 +116,15 @@ public:
 private:
     static void on_complete(completion_target* target, const ibv_wc& wc) noexcept;
     void complete(work_slot* slot, const ibv_wc& wc) noexcept;
+    void complete_queue_slot(work_slot* slot, const ibv_wc& wc) noexcept;
     void post(operation_base* op, work_slot* slot);
+    void count_posted() noexcept;
+    void append_posted(work_slot* slot) noexcept;
+    void remove_posted(work_slot* slot) noexcept;
+    void adopt_orphan(operation_base* op) noexcept;
+    void orphan(work_slot* slot) noexcept;
+    void take_kept(operation_base* op) noexcept;
+    void note_failure(const char* what, const ibv_wc& wc) noexcept;
     void enqueue(operation_base* op) noexcept;
     void unlink(operation_base* op) noexcept;
     void promote_waiters(bool receive) noexcept;
@@ -104,6 +149,17 @@ private:
     operation_base* send_waiters_tail_ = nullptr;
     operation_base* recv_waiters_head_ = nullptr;
     operation_base* recv_waiters_tail_ = nullptr;
+
+    // Receive slots posted and not completed, in posting order (RC receives
+    // complete in that order). Orphans among them (op == nullptr, no queue)
+    // are counted: a new recv adopts the oldest instead of posting.
+    work_slot* posted_head_ = nullptr;
+    work_slot* posted_tail_ = nullptr;
+    std::size_t unadopted_orphans_ = 0;
+    // Orphans that completed with a message: kept, in arrival order, for the
+    // next recv.
+    work_slot* kept_head_ = nullptr;
+    work_slot* kept_tail_ = nullptr;
 
     bool broken_ = false;
     std::string broken_reason_;
