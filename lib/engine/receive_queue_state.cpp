@@ -117,20 +117,26 @@ bool receive_queue_state::finished() const noexcept {
     return connection_->broken() && posted_ == 0 && arrived_head_ == nullptr;
 }
 
+bool receive_queue_state::hand_to_waiter(work_slot* slot) noexcept {
+    next_operation* op = waiters_head_;
+    if (op == nullptr)
+        return false;
+    unlink(op);
+    op->slot_ = slot;
+    op->done_ = true;
+    if (op->timer_)
+        op->timer_->cancel();
+    op->continuation_.resume();
+    return true;
+}
+
 void receive_queue_state::on_message(work_slot* slot, const ibv_wc& wc) noexcept {
     --posted_;
     slot->byte_len = wc.byte_len;
     slot->has_imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
     slot->received_imm = slot->has_imm ? ntohl(wc.imm_data) : 0;
-    if (next_operation* op = waiters_head_) {
-        unlink(op);
-        op->slot_ = slot;
-        op->done_ = true;
-        if (op->timer_)
-            op->timer_->cancel();
-        op->continuation_.resume();
+    if (hand_to_waiter(slot))
         return;
-    }
     append_arrived(slot);
 }
 
@@ -253,15 +259,8 @@ void receive_queue_state::put_back(work_slot* slot) noexcept {
         release(slot);
         return;
     }
-    if (next_operation* op = waiters_head_) {
-        unlink(op);
-        op->slot_ = slot;
-        op->done_ = true;
-        if (op->timer_)
-            op->timer_->cancel();
-        op->continuation_.resume();
+    if (hand_to_waiter(slot))
         return;
-    }
     slot->next_in_line = arrived_head_;
     arrived_head_ = slot;
     if (arrived_tail_ == nullptr)

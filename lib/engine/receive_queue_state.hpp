@@ -58,6 +58,8 @@ public:
     /// Event listener thread. A message taken by next() that never reached
     /// its coroutine: first in line again.
     void put_back(work_slot* slot) noexcept;
+    /// Gives `slot`'s message to the longest-waiting next(), if any.
+    bool hand_to_waiter(work_slot* slot) noexcept;
     /// Event listener thread. The user is done with a message: post its
     /// buffer again (or free it, once the queue or connection is gone).
     void release(work_slot* slot) noexcept;
