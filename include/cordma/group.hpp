@@ -1,0 +1,248 @@
+#pragma once
+/// A group: N processes, one per rank, joined by a full mesh of RC
+/// connections (each with its agent), and collectives over it.
+///
+///     cordma::builder b;
+///     cordma::group g = co_await cordma::group::form(b, cordma::group_options::from_environment());
+///     cordma::local_mr buf = g.allocate(4096);
+///     co_await g.broadcast(buf, 0);                 // rank 0's bytes, everywhere
+///     co_await g.all_reduce<double>(buf, buf, cordma::reduce_op::sum);
+///     co_await g.connection(1).write(...);           // any operation, to one rank
+///
+/// Forming: every rank listens on its endpoint, connects to every lower
+/// rank and accepts every higher one, all at once (no ordering deadlock).
+/// A refused connect (the peer is not up yet) is retried until
+/// group_options::formation_timeout; if it runs out, form() throws
+/// group_error naming the ranks that never came. Endpoints come from a
+/// host list, from PMIx (mpirun, srun --mpi=pmix, PRRTE) or from a
+/// torchrun-style environment: see group_options.
+///
+/// Collectives follow MPI's rules: every rank calls the same collectives in
+/// the same order, with the same root and matching sizes, one at a time per
+/// group. A mismatch (another collective, root or size) is detected and
+/// fails the call on the ranks that see it, with group_error saying what
+/// each side called; it is never silently corrupted.
+///
+/// Buffers are local_slices registered on the builder's protection domain
+/// with local and remote access (g.allocate(), or the builder's pool):
+/// messages up to group_options::eager_size travel in receives the group
+/// keeps posted; larger ones are read by the receiver straight out of the
+/// sender's buffer (RDMA READ), so nothing large is copied on either side.
+/// Which algorithm each collective uses, by size and group size, is in
+/// docs/group.md.
+///
+/// Failure: a collective that fails (a rank died, a mismatch, its deadline,
+/// its stop token) breaks the group: every pending and later collective on
+/// this rank throws group_error, and the other ranks are told (they fail
+/// too, naming this rank and the reason). A rank that dies, or whose
+/// connection breaks, makes every pending collective on the others fail
+/// within 5 s, naming it. Form a new group to go on. The connections
+/// themselves stay usable where they still work.
+///
+/// Threads: every call resumes on the builder's event listener thread.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <vector>
+
+#include <cordma/builder.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/export.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/task.hpp>
+
+namespace cordma {
+
+namespace detail {
+class group_state;
+class group_bootstrap;
+}  // namespace detail
+
+/// A group operation failed, or a group could not form. code() is
+/// std::errc::timed_out for deadlines, operation_canceled for a stop token,
+/// connection_aborted when a rank went away or broke the group,
+/// invalid_argument for mismatched calls; what() names the ranks concerned
+/// (and their endpoints) and what each side did.
+class CORDMA_API group_error : public std::system_error {
+public:
+    group_error(std::errc code, std::string message, std::vector<int> ranks = {})
+        : std::system_error(std::make_error_code(code)), message_(std::move(message)), ranks_(std::move(ranks)) {}
+    const char* what() const noexcept override { return message_.c_str(); }
+    /// The ranks at fault (that never came, that died, that called
+    /// something else); empty when it is this rank's own deadline or stop.
+    const std::vector<int>& ranks() const noexcept { return ranks_; }
+
+private:
+    std::string message_;
+    std::vector<int> ranks_;
+};
+
+/// How a group finds its members, and its limits.
+struct CORDMA_API group_options {
+    /// This process's rank, 0 <= rank < hosts.size() (with a host list).
+    int rank = -1;
+    /// Every rank's endpoint, "host:port", index = rank: rank r listens on
+    /// hosts[r] (the mesh tool's address array). Empty when a launcher
+    /// (bootstrap) provides them.
+    std::vector<std::string> hosts;
+    /// With a launcher: the address this rank listens on, "ip" or "ip:port"
+    /// (default: the IPv4 address of the builder's RDMA device, any free
+    /// port). Ignored with a host list.
+    std::string listen_address;
+    /// The whole formation (endpoint exchange, every connect and accept)
+    /// must finish within this; then form() throws group_error naming the
+    /// ranks that never came.
+    std::chrono::milliseconds formation_timeout{60'000};
+    /// The default deadline of each collective (group_call::timeout).
+    std::chrono::milliseconds operation_timeout{60'000};
+    /// Messages up to this many bytes travel inline, in receives the group
+    /// keeps posted (group_options::window of them per peer); larger ones
+    /// are read from the sender's buffer. 64 B to 1 MiB.
+    std::size_t eager_size = 8192;
+    /// Messages a rank may send to one peer before that peer has taken
+    /// them (its receives posted per peer, and the memory they use:
+    /// about 2 * window * eager_size per peer). 2 to 256.
+    std::uint32_t window = 16;
+
+    /// Where the endpoints come from, set by from_environment() (a PMIx or
+    /// torchrun-style launcher); null for a host list.
+    std::shared_ptr<detail::group_bootstrap> bootstrap;
+
+    /// A host list and this process's rank in it.
+    static group_options from_hosts(std::vector<std::string> hosts, int rank);
+    /// Whatever launcher started this process, in this order:
+    /// 1. PMIx (mpirun, srun --mpi=pmix, PRRTE): used when PMIx_Init
+    ///    succeeds (its variables alone prove nothing: mpirun sets them for
+    ///    non-MPI children too), if cordma was built with PMIx;
+    /// 2. torchrun's variables: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
+    ///    rank 0 serves a small TCP rendezvous on MASTER_ADDR:MASTER_PORT
+    ///    where every rank publishes its endpoint and fetches the others';
+    /// 3. CORDMA_GROUP_HOSTS (comma-separated endpoints) and
+    ///    CORDMA_GROUP_RANK.
+    /// CORDMA_GROUP_ADDRESS sets listen_address. Throws
+    /// std::runtime_error saying what it found and what is missing (e.g.
+    /// RANK and WORLD_SIZE set but not MASTER_ADDR).
+    static group_options from_environment();
+    /// What provides the endpoints, for logs: "host list (rank 1 of 3)",
+    /// "PMIx (namespace ..., rank 2 of 4)", "torchrun environment ...".
+    std::string describe() const;
+};
+
+/// One collective's deadline and stop.
+struct CORDMA_API group_call {
+    /// How long the call may take, in all; 0: group_options::operation_timeout.
+    std::chrono::milliseconds timeout{0};
+    /// Stops the call early (from any thread).
+    std::stop_token stop{};
+};
+
+enum class reduce_op { sum, min, max };
+
+/// The element types reductions work on.
+enum class element_type { i8, u8, i16, u16, i32, u32, i64, u64, f32, f64 };
+
+template <class T>
+constexpr element_type element_type_of() {
+    if constexpr (std::is_same_v<T, std::int8_t>) return element_type::i8;
+    else if constexpr (std::is_same_v<T, std::uint8_t>) return element_type::u8;
+    else if constexpr (std::is_same_v<T, std::int16_t>) return element_type::i16;
+    else if constexpr (std::is_same_v<T, std::uint16_t>) return element_type::u16;
+    else if constexpr (std::is_same_v<T, std::int32_t>) return element_type::i32;
+    else if constexpr (std::is_same_v<T, std::uint32_t>) return element_type::u32;
+    else if constexpr (std::is_same_v<T, std::int64_t>) return element_type::i64;
+    else if constexpr (std::is_same_v<T, std::uint64_t>) return element_type::u64;
+    else if constexpr (std::is_same_v<T, float>) return element_type::f32;
+    else if constexpr (std::is_same_v<T, double>) return element_type::f64;
+    else static_assert(sizeof(T) == 0, "reductions take 8- to 64-bit integers, float and double");
+}
+
+/// The order all_to_all exchanges its blocks in.
+enum class all_to_all_order {
+    /// Every pair at once (the default): each rank sends to and receives
+    /// from all the others concurrently.
+    pairwise,
+    /// One step at a time, as rdma_lib's rdma_sequential_alltoall: in step
+    /// s = 1..N-1 rank r sends to r+s and receives from r-s (mod N).
+    sequential,
+};
+
+class CORDMA_API group {
+public:
+    /// An empty handle: every call but operator bool throws std::logic_error.
+    group() = default;
+
+    /// Forms the group: gets every rank's endpoint (options), listens on
+    /// this rank's, connects the mesh through `b` (its settings apply to
+    /// every connection; its connect_timeout is stretched to the
+    /// formation deadline) and exchanges what collectives need. Throws
+    /// std::invalid_argument for bad options (naming them), group_error
+    /// when the formation deadline passes (naming the missing ranks) or a
+    /// peer belongs to another group.
+    static task<group> form(builder b, group_options options);
+
+    explicit operator bool() const noexcept { return state_ != nullptr; }
+    int rank() const;
+    int size() const;
+    /// The connection to rank `r` (r != rank()): an ordinary connection,
+    /// every operation and the agent available. Its receives belong to the
+    /// group (a receive_queue): recv on it throws std::logic_error.
+    const cordma::connection& connection(int r) const;
+    /// Rank r's endpoint ("10.78.0.2:7600").
+    const std::string& endpoint(int r) const;
+    /// Registered memory for collectives (from the builder's pool).
+    local_mr allocate(std::size_t size) const;
+
+    /// Returns once every rank has called it (dissemination: log2 N rounds
+    /// of empty messages).
+    task<void> barrier(group_call call = {});
+    /// Root's `buffer` to every rank's `buffer` (same size everywhere).
+    task<void> broadcast(local_slice buffer, int root, group_call call = {});
+    /// `send` holds N blocks of send.size()/N bytes; block j goes to rank j,
+    /// and rank j's block for this rank lands in block j of `recv` (the same
+    /// size). Both sizes must match on every rank.
+    task<void> all_to_all(local_slice send, local_slice recv, all_to_all_order order = all_to_all_order::pairwise,
+                          group_call call = {});
+    /// Every rank's `send` (same size everywhere) into block r of every
+    /// rank's `recv` (N times as big).
+    task<void> all_gather(local_slice send, local_slice recv, group_call call = {});
+    /// Every rank's `send` into block r of root's `recv` (N times as big);
+    /// `recv` is ignored elsewhere (pass an empty slice).
+    task<void> gather(local_slice send, local_slice recv, int root, group_call call = {});
+    /// Block r of root's `send` (N blocks) into rank r's `recv`; `send` is
+    /// ignored elsewhere.
+    task<void> scatter(local_slice send, local_slice recv, int root, group_call call = {});
+    /// Element-wise `op` of every rank's `send` (an array of `type`) into
+    /// root's `recv` (same size; ignored elsewhere). send and recv may be
+    /// the same slice.
+    task<void> reduce(local_slice send, local_slice recv, element_type type, reduce_op op, int root,
+                      group_call call = {});
+    /// As reduce, with the result in every rank's `recv`.
+    task<void> all_reduce(local_slice send, local_slice recv, element_type type, reduce_op op, group_call call = {});
+
+    template <class T>
+    task<void> reduce(local_slice send, local_slice recv, reduce_op op, int root, group_call call = {}) {
+        return reduce(std::move(send), std::move(recv), element_type_of<T>(), op, root, std::move(call));
+    }
+    template <class T>
+    task<void> all_reduce(local_slice send, local_slice recv, reduce_op op, group_call call = {}) {
+        return all_reduce(std::move(send), std::move(recv), element_type_of<T>(), op, std::move(call));
+    }
+
+    /// Closes every connection of the group; pending collectives throw.
+    /// Never throws.
+    task<void> close();
+
+private:
+    explicit group(std::shared_ptr<detail::group_state> state) : state_(std::move(state)) {}
+    detail::group_state& checked(const char* call) const;
+
+    std::shared_ptr<detail::group_state> state_;
+};
+
+}  // namespace cordma
