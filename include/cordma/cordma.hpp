@@ -14,6 +14,7 @@
 #include <cordma/device.hpp>
 #include <cordma/error.hpp>
 #include <cordma/event_listener.hpp>
+#include <cordma/group.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/memory_region.hpp>

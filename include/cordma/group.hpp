@@ -60,7 +60,7 @@
 namespace cordma {
 
 namespace detail {
-class group_state;
+class group_core;
 class group_bootstrap;
 }  // namespace detail
 
@@ -239,10 +239,10 @@ public:
     task<void> close();
 
 private:
-    explicit group(std::shared_ptr<detail::group_state> state) : state_(std::move(state)) {}
-    detail::group_state& checked(const char* call) const;
+    explicit group(std::shared_ptr<detail::group_core> state) : state_(std::move(state)) {}
+    detail::group_core& checked(const char* call) const;
 
-    std::shared_ptr<detail::group_state> state_;
+    std::shared_ptr<detail::group_core> state_;
 };
 
 }  // namespace cordma

@@ -1,0 +1,181 @@
+#include "group/group_core.hpp"
+
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+#include <cordma/error.hpp>
+#include <cordma/when_all.hpp>
+
+namespace cordma::detail {
+
+namespace wire = group_wire;
+
+group_core::group_core(cordma::builder b, group_options options, int rank, std::vector<std::string> endpoints)
+    : builder_(std::move(b)),
+      options_(std::move(options)),
+      rank_(rank),
+      endpoints_(std::move(endpoints)),
+      listener_(builder_.event_listener()),
+      links_(endpoints_.size()) {}
+
+std::string group_core::rank_name(int r) const {
+    return "rank " + std::to_string(r) + " (" + endpoint(r) + ")";
+}
+
+void group_core::start_links() {
+    for (auto& l : links_)
+        if (l)
+            l->start();
+}
+
+void group_core::fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers) {
+    if (failure_)
+        return;
+    std::vector<int> ranks;
+    if (rank_at_fault >= 0 && rank_at_fault != rank_)
+        ranks.push_back(rank_at_fault);
+    failure_.emplace(code,
+                     "cordma::group, rank " + std::to_string(rank_) + " of " + std::to_string(size()) + ": " + why +
+                         ". The group is broken; form a new one to go on",
+                     std::move(ranks));
+    std::uint32_t at_fault = static_cast<std::uint32_t>(rank_at_fault >= 0 ? rank_at_fault : rank_);
+    for (auto& l : links_) {
+        if (!l)
+            continue;
+        if (tell_peers)
+            l->send_abort(at_fault, "rank " + std::to_string(rank_) + " reports: " + why);
+        l->close_queues();
+    }
+}
+
+void group_core::throw_failure() const {
+    if (failure_)
+        throw *failure_;
+    throw std::logic_error("cordma::group: throw_failure without a failure (internal error)");
+}
+
+task<void> group_core::run(wire::collective op, group_call call, task<void> body) {
+    auto self = shared_from_this();
+    if (!listener_->running_in_this_thread())
+        co_await listener_->schedule();
+    if (failure_)
+        throw_failure();
+    if (busy_)
+        throw std::logic_error(std::string("cordma::group::") + wire::name(op) + " on rank " + std::to_string(rank_) +
+                               ": another collective of this group is in progress; collectives run one at a time "
+                               "per group, in the same order on every rank");
+    busy_ = true;
+    current_.op = op;
+    current_.seq = ++next_seq_;
+    auto timeout = call.timeout.count() > 0 ? call.timeout : options_.operation_timeout;
+    std::stop_source source;
+    struct forward {
+        std::stop_source source;
+        void operator()() noexcept { source.request_stop(); }
+    };
+    std::optional<std::stop_callback<forward>> forwarding;
+    if (call.stop.stop_possible())
+        forwarding.emplace(call.stop, forward{source});
+    std::shared_ptr<event_listener::timer> timer;
+    if (timeout < std::chrono::hours(24 * 365))
+        timer = listener_->call_after(timeout, [source]() mutable { source.request_stop(); });
+    current_.token = source.get_token();
+
+    std::exception_ptr error;
+    try {
+        co_await std::move(body);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    if (timer)
+        timer->cancel();
+    forwarding.reset();
+    busy_ = false;
+    current_.token = {};
+    if (!error)
+        co_return;
+    if (failure_)
+        throw_failure();
+    std::string what = std::string(wire::name(op)) + " #" + std::to_string(current_.seq);
+    try {
+        std::rethrow_exception(error);
+    } catch (const operation_cancelled&) {
+        if (call.stop.stop_requested())
+            fail(std::errc::operation_canceled, what + " was stopped by its stop token", -1, true);
+        else
+            fail(std::errc::timed_out,
+                 what + " timed out after " + std::to_string(timeout.count()) +
+                     " ms (group_call::timeout, or group_options::operation_timeout)",
+                 -1, true);
+    } catch (const std::exception& e) {
+        fail(std::errc::connection_aborted, what + " failed: " + e.what(), -1, true);
+    }
+    throw_failure();
+}
+
+local_slice group_core::scratch(std::size_t size) {
+    if (!scratch_ || scratch_.size() < size)
+        scratch_ = builder_.pool()->allocate(std::max<std::size_t>(size, 4096));
+    return scratch_.slice(0, size);
+}
+
+task<void> group_core::close() {
+    auto self = shared_from_this();
+    if (!listener_->running_in_this_thread())
+        co_await listener_->schedule();
+    // Frames this rank posted last (an eager send returns once copied) must
+    // reach their peers before the connections go.
+    for (auto& l : links_)
+        if (l)
+            co_await l->drain();
+    fail(std::errc::connection_aborted, "closed by this rank (group::close)", -1, false);
+    std::vector<task<void>> closing;
+    for (auto& l : links_)
+        if (l)
+            closing.push_back(cordma::connection(l->connection()).close());
+    co_await when_all(std::move(closing));
+}
+
+const char* element_name(element_type type) noexcept {
+    switch (type) {
+    case element_type::i8: return "int8";
+    case element_type::u8: return "uint8";
+    case element_type::i16: return "int16";
+    case element_type::u16: return "uint16";
+    case element_type::i32: return "int32";
+    case element_type::u32: return "uint32";
+    case element_type::i64: return "int64";
+    case element_type::u64: return "uint64";
+    case element_type::f32: return "float";
+    case element_type::f64: return "double";
+    }
+    return "?";
+}
+
+std::size_t element_size(element_type type) noexcept {
+    switch (type) {
+    case element_type::i8:
+    case element_type::u8: return 1;
+    case element_type::i16:
+    case element_type::u16: return 2;
+    case element_type::i32:
+    case element_type::u32:
+    case element_type::f32: return 4;
+    case element_type::i64:
+    case element_type::u64:
+    case element_type::f64: return 8;
+    }
+    return 1;
+}
+
+const char* reduce_name(reduce_op op) noexcept {
+    switch (op) {
+    case reduce_op::sum: return "sum";
+    case reduce_op::min: return "min";
+    case reduce_op::max: return "max";
+    }
+    return "?";
+}
+
+}  // namespace cordma::detail

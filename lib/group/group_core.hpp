@@ -1,0 +1,87 @@
+#pragma once
+/// What a cordma::group is: its rank, the links to every other rank, the
+/// collective in progress, and whether the group has failed (and why).
+/// Event listener thread only, except where noted.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <cordma/builder.hpp>
+#include <cordma/event_listener.hpp>
+#include <cordma/group.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/task.hpp>
+
+#include "group/group_wire.hpp"
+#include "group/peer_link.hpp"
+
+namespace cordma::detail {
+
+class group_core : public std::enable_shared_from_this<group_core> {
+public:
+    group_core(cordma::builder b, group_options options, int rank, std::vector<std::string> endpoints);
+
+    int rank() const noexcept { return rank_; }
+    int size() const noexcept { return static_cast<int>(endpoints_.size()); }
+    const std::string& endpoint(int r) const { return endpoints_.at(static_cast<std::size_t>(r)); }
+    const group_options& options() const noexcept { return options_; }
+    cordma::builder& builder() noexcept { return builder_; }
+    const std::shared_ptr<event_listener>& listener() const noexcept { return listener_; }
+    /// "rank 2 (10.78.0.3:7600)".
+    std::string rank_name(int r) const;
+    peer_link& link(int r) const { return *links_.at(static_cast<std::size_t>(r)); }
+    void set_link(int r, std::shared_ptr<peer_link> l) { links_.at(static_cast<std::size_t>(r)) = std::move(l); }
+    bool has_link(int r) const { return links_.at(static_cast<std::size_t>(r)) != nullptr; }
+    void start_links();
+
+    /// The group failed: remembers the first reason, wakes every waiting
+    /// step, and (tell_peers) sends an abort to every other rank naming
+    /// `rank_at_fault` (-1: none in particular).
+    void fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers);
+    bool failed() const noexcept { return failure_.has_value(); }
+    [[noreturn]] void throw_failure() const;
+
+    /// The collective in progress: its number and the token that stops
+    /// when its deadline passes or its caller's stop token is stopped.
+    struct current_call {
+        group_wire::collective op = group_wire::collective::none;
+        std::uint32_t seq = 0;
+        std::stop_token token;
+    };
+    const current_call& current() const noexcept { return current_; }
+
+    /// Runs `body` (which reads current()) as collective `op`: one at a time,
+    /// under its deadline; any failure breaks the group (see group.hpp).
+    task<void> run(group_wire::collective op, group_call call, task<void> body);
+
+    /// Registered memory of the group's own, at least `size` bytes, for
+    /// partial results (reductions). Valid until the next call.
+    local_slice scratch(std::size_t size);
+
+    task<void> close();
+
+private:
+    cordma::builder builder_;
+    group_options options_;
+    int rank_;
+    std::vector<std::string> endpoints_;
+    std::shared_ptr<event_listener> listener_;
+    std::vector<std::shared_ptr<peer_link>> links_;
+    std::optional<group_error> failure_;
+    current_call current_;
+    std::uint32_t next_seq_ = 0;
+    bool busy_ = false;
+    local_mr scratch_;
+};
+
+/// The group's error types and messages, shared by the collectives.
+const char* element_name(element_type type) noexcept;
+std::size_t element_size(element_type type) noexcept;
+const char* reduce_name(reduce_op op) noexcept;
+
+}  // namespace cordma::detail

@@ -1,0 +1,109 @@
+#include "group/group_wire.hpp"
+
+#include <cstring>
+
+namespace cordma::detail::group_wire {
+namespace {
+
+template <class T>
+void put(std::byte* at, T value) noexcept {
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+        at[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
+}
+
+template <class T>
+T get(const std::byte* at) noexcept {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+        v |= static_cast<std::uint64_t>(at[i]) << (8 * i);
+    return static_cast<T>(v);
+}
+
+}  // namespace
+
+void encode(const header& h, std::span<std::byte, header_size> out) noexcept {
+    std::byte* p = out.data();
+    std::memset(p, 0, header_size);
+    put<std::uint16_t>(p + 0, magic);
+    put<std::uint8_t>(p + 2, static_cast<std::uint8_t>(h.type));
+    put<std::uint8_t>(p + 3, static_cast<std::uint8_t>(h.op));
+    put<std::uint16_t>(p + 4, h.step);
+    put<std::uint32_t>(p + 8, h.seq);
+    put<std::uint32_t>(p + 12, h.acked);
+    put<std::uint32_t>(p + 16, h.root);
+    put<std::uint32_t>(p + 20, h.extra);
+    put<std::uint64_t>(p + 24, h.size);
+    put<std::uint64_t>(p + 32, h.addr);
+    put<std::uint32_t>(p + 40, h.rkey);
+}
+
+std::optional<header> decode(std::span<const std::byte> bytes, std::string& why) {
+    if (bytes.size() < header_size) {
+        why = "a frame of " + std::to_string(bytes.size()) + " bytes, shorter than the " +
+              std::to_string(header_size) + "-byte header";
+        return std::nullopt;
+    }
+    const std::byte* p = bytes.data();
+    if (get<std::uint16_t>(p) != magic) {
+        why = "a frame without the group's magic number (not a cordma group peer?)";
+        return std::nullopt;
+    }
+    header h;
+    auto type = get<std::uint8_t>(p + 2);
+    if (type < 1 || type > 6) {
+        why = "a frame of unknown type " + std::to_string(type);
+        return std::nullopt;
+    }
+    h.type = static_cast<frame>(type);
+    auto op = get<std::uint8_t>(p + 3);
+    if (op > 8) {
+        why = "a frame for unknown collective " + std::to_string(op);
+        return std::nullopt;
+    }
+    h.op = static_cast<collective>(op);
+    h.step = get<std::uint16_t>(p + 4);
+    h.seq = get<std::uint32_t>(p + 8);
+    h.acked = get<std::uint32_t>(p + 12);
+    h.root = get<std::uint32_t>(p + 16);
+    h.extra = get<std::uint32_t>(p + 20);
+    h.size = get<std::uint64_t>(p + 24);
+    h.addr = get<std::uint64_t>(p + 32);
+    h.rkey = get<std::uint32_t>(p + 40);
+    std::size_t payload = bytes.size() - header_size;
+    bool carries = h.type == frame::data || h.type == frame::abort;
+    if (carries ? h.size != payload : payload != 0) {
+        why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +
+              " bytes whose header says " + std::to_string(carries ? h.size : 0) + " bytes of payload";
+        return std::nullopt;
+    }
+    return h;
+}
+
+const char* name(collective op) noexcept {
+    switch (op) {
+    case collective::none: return "none";
+    case collective::barrier: return "barrier";
+    case collective::broadcast: return "broadcast";
+    case collective::all_to_all: return "all_to_all";
+    case collective::all_gather: return "all_gather";
+    case collective::gather: return "gather";
+    case collective::scatter: return "scatter";
+    case collective::reduce: return "reduce";
+    case collective::all_reduce: return "all_reduce";
+    }
+    return "?";
+}
+
+const char* name(frame type) noexcept {
+    switch (type) {
+    case frame::hello: return "hello";
+    case frame::data: return "data";
+    case frame::rts: return "rts";
+    case frame::fin: return "fin";
+    case frame::credit: return "credit";
+    case frame::abort: return "abort";
+    }
+    return "?";
+}
+
+}  // namespace cordma::detail::group_wire

@@ -1,0 +1,344 @@
+#include "group/peer_link.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+#include <cordma/error.hpp>
+#include <cordma/task_group.hpp>
+
+#include "group/group_core.hpp"
+
+namespace cordma::detail {
+
+namespace wire = group_wire;
+
+namespace {
+// An abort's reason is cut to this, so it fits every slot.
+constexpr std::size_t max_abort_reason = 200;
+}  // namespace
+
+peer_link::peer_link(std::weak_ptr<group_core> core, int rank, std::string name, cordma::connection conn,
+                     receive_queue queue, std::uint32_t own_window, std::uint32_t peer_window,
+                     std::size_t eager_size, local_mr slots)
+    : core_(std::move(core)),
+      listener_(conn.event_listener()),
+      rank_(rank),
+      name_(std::move(name)),
+      conn_(std::move(conn)),
+      queue_(std::move(queue)),
+      own_window_(own_window),
+      peer_window_(peer_window),
+      eager_size_(eager_size),
+      slots_(std::move(slots)),
+      slot_size_(wire::header_size + std::max(eager_size, max_abort_reason)),
+      credits_(waiter_queue<bool>::make(listener_)),
+      inbox_(waiter_queue<inbound_frame>::make(listener_)),
+      fins_(waiter_queue<wire::header>::make(listener_)),
+      idle_(waiter_queue<bool>::make(listener_)) {
+    std::size_t count = slots_.size() / slot_size_;
+    free_slots_.reserve(count);
+    for (std::size_t i = count; i-- > 0;)
+        free_slots_.push_back(i);
+    for (std::uint32_t i = 0; i < peer_window_; ++i)
+        credits_->push(true);
+}
+
+void peer_link::start() {
+    spawn_detached(dispatch(), [](std::exception_ptr) {});
+}
+
+task<void> peer_link::dispatch() {
+    auto self = shared_from_this();
+    std::string failure;
+    try {
+        for (;;) {
+            received_message m = co_await queue_.next();
+            std::string why;
+            std::optional<wire::header> h = wire::decode(m.bytes(), why);
+            if (!h) {
+                failure = name_ + " sent " + why;
+                break;
+            }
+            on_frame(*h, std::move(m));
+            if (abort_received_)
+                co_return;
+        }
+    } catch (const std::exception& e) {
+        // The connection is gone (closed by the peer once it was done, or
+        // broken). What already arrived stays to be taken: a rank that
+        // finishes its last collective and closes must not fail a peer
+        // still taking that collective's frames. A step that finds nothing
+        // left fails the group then (link_gone).
+        gone_reason_ = e.what();
+        credits_->close();
+        inbox_->close_keeping_values();
+        fins_->close_keeping_values();
+        co_return;
+    }
+    if (auto core = core_.lock())
+        core->fail(std::errc::protocol_error, failure, rank_, true);
+}
+
+void peer_link::link_gone() const {
+    if (auto core = core_.lock()) {
+        if (!core->failed())
+            core->fail(std::errc::connection_aborted,
+                       name_ + " went away: " + (gone_reason_.empty() ? "its connection closed" : gone_reason_), rank_,
+                       true);
+        core->throw_failure();
+    }
+    throw group_error(std::errc::connection_aborted, "cordma::group: the group is gone");
+}
+
+void peer_link::on_frame(wire::header h, received_message m) {
+    if (h.type != wire::frame::abort)
+        credit_returned(h.acked);
+    switch (h.type) {
+    case wire::frame::data:
+    case wire::frame::rts:
+        if (h.type == wire::frame::data && h.size > eager_size_) {
+            if (auto core = core_.lock())
+                core->fail(std::errc::protocol_error,
+                           name_ + " sent " + std::to_string(h.size) + " bytes inline, over the eager size " +
+                               std::to_string(eager_size_),
+                           rank_, true);
+            return;
+        }
+        inbox_->push(inbound_frame{h, std::move(m)});
+        return;
+    case wire::frame::fin:
+        fins_->push(h);
+        return;
+    case wire::frame::credit:
+        return;
+    case wire::frame::abort: {
+        abort_received_ = true;
+        std::string reason(reinterpret_cast<const char*>(m.data()) + wire::header_size, h.size);
+        int at_fault = h.root < 0x10000 ? static_cast<int>(h.root) : rank_;
+        if (auto core = core_.lock())
+            core->fail(std::errc::connection_aborted, name_ + " broke the group: " + reason, at_fault, false);
+        return;
+    }
+    case wire::frame::hello:
+        if (auto core = core_.lock())
+            core->fail(std::errc::protocol_error, name_ + " sent a second hello", rank_, true);
+        return;
+    }
+}
+
+void peer_link::credit_returned(std::uint32_t acked) {
+    std::uint32_t newly = acked - peer_acked_;
+    std::uint32_t outstanding = sent_ - peer_acked_;
+    if (newly > outstanding) {
+        if (auto core = core_.lock())
+            core->fail(std::errc::protocol_error,
+                       name_ + " acknowledged " + std::to_string(newly) + " frames but only " +
+                           std::to_string(outstanding) + " were outstanding",
+                       rank_, true);
+        return;
+    }
+    peer_acked_ = acked;
+    for (std::uint32_t i = 0; i < newly; ++i)
+        credits_->push(true);
+}
+
+std::size_t peer_link::take_slot() {
+    if (free_slots_.empty())
+        throw std::logic_error("cordma::group: " + name_ + ": no send slot free (internal error)");
+    std::size_t s = free_slots_.back();
+    free_slots_.pop_back();
+    return s;
+}
+
+void peer_link::post_slot(std::size_t slot, std::size_t length) {
+    ++in_flight_;
+    spawn_detached(
+        [](std::shared_ptr<peer_link> self, std::size_t slot, std::size_t length) -> task<void> {
+            std::exception_ptr error;
+            try {
+                co_await self->conn_.send(self->slots_.slice(slot * self->slot_size_, length));
+            } catch (...) {
+                error = std::current_exception();
+            }
+            // A failed send means the connection broke; the dispatcher
+            // sees it too, as its receives flush, and reports it then.
+            (void)error;
+            self->free_slots_.push_back(slot);
+            if (--self->in_flight_ == 0 && self->drain_waiting_) {
+                self->drain_waiting_ = false;
+                self->idle_->push(true);
+            }
+        }(shared_from_this(), slot, length),
+        [](std::exception_ptr) {});
+}
+
+void peer_link::send_control(wire::header h, const std::string& payload) {
+    std::size_t slot = take_slot();
+    h.acked = handled_;
+    acked_sent_ = handled_;
+    h.size = payload.size();
+    std::byte* at = slots_.data() + slot * slot_size_;
+    wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
+    std::memcpy(at + wire::header_size, payload.data(), payload.size());
+    post_slot(slot, wire::header_size + payload.size());
+}
+
+void peer_link::throw_group_failure() const {
+    if (auto core = core_.lock())
+        core->throw_failure();
+    throw group_error(std::errc::connection_aborted, "cordma::group: the group is gone");
+}
+
+task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token token) {
+    auto self = shared_from_this();
+    std::optional<bool> credit = co_await credits_->pop(token, "group send", name_);
+    if (!credit)
+        link_gone();
+    ++sent_;
+    std::size_t slot = take_slot();
+    std::byte* at = slots_.data() + slot * slot_size_;
+    h.acked = handled_;
+    acked_sent_ = handled_;
+    if (payload.size() <= eager_size_) {
+        h.type = wire::frame::data;
+        h.size = payload.size();
+        wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
+        if (payload.size() != 0)
+            std::memcpy(at + wire::header_size, payload.data(), payload.size());
+        post_slot(slot, wire::header_size + payload.size());
+        co_return;
+    }
+    h.type = wire::frame::rts;
+    h.size = payload.size();
+    remote_slice where = payload.remote();
+    h.addr = where.address;
+    h.rkey = where.rkey;
+    wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
+    post_slot(slot, wire::header_size);
+    std::optional<wire::header> fin = co_await fins_->pop(token, "group send", name_);
+    if (!fin)
+        link_gone();
+    if (fin->seq != h.seq || fin->step != h.step) {
+        std::string why = name_ + " finished reading " + std::string(wire::name(fin->op)) + " #" +
+                          std::to_string(fin->seq) + " step " + std::to_string(fin->step) + ", but this rank sent " +
+                          wire::name(h.op) + " #" + std::to_string(h.seq) + " step " + std::to_string(h.step);
+        if (auto core = core_.lock())
+            core->fail(std::errc::protocol_error, why, rank_, true);
+        throw_group_failure();
+    }
+}
+
+std::string peer_link::describe(const wire::header& h) const {
+    std::string s = std::string(wire::name(h.op)) + " #" + std::to_string(h.seq) + " (step " +
+                    std::to_string(h.step) + ", root " + std::to_string(h.root) + ", " + std::to_string(h.size) +
+                    " bytes";
+    if (h.op == wire::collective::reduce || h.op == wire::collective::all_reduce)
+        s += std::string(", ") + element_name(static_cast<element_type>(h.extra >> 8)) + " " +
+             reduce_name(static_cast<reduce_op>(h.extra & 0xff));
+    return s + ")";
+}
+
+std::string peer_link::describe(const expected_frame& e) const {
+    wire::header h;
+    h.op = e.op;
+    h.seq = e.seq;
+    h.step = e.step;
+    h.root = e.root;
+    h.extra = e.extra;
+    h.size = e.size;
+    return describe(h);
+}
+
+task<inbound_frame> peer_link::take(expected_frame e, std::stop_token token) {
+    auto self = shared_from_this();
+    std::optional<inbound_frame> f = co_await inbox_->pop(token, "group receive", name_);
+    if (!f)
+        link_gone();
+    const wire::header& h = f->header;
+    if (h.op != e.op || h.seq != e.seq || h.step != e.step || h.root != e.root || h.extra != e.extra ||
+        h.size != e.size) {
+        std::string why = "mismatched collectives: " + name_ + " sent " + describe(h) + ", but this rank called " +
+                          describe(e);
+        if (auto core = core_.lock()) {
+            core->fail(std::errc::invalid_argument, why, rank_, true);
+            core->throw_failure();
+        }
+        throw group_error(std::errc::invalid_argument, why, {rank_});
+    }
+    co_return std::move(*f);
+}
+
+task<void> peer_link::fetch(const inbound_frame& f, local_slice into) {
+    auto self = shared_from_this();
+    remote_slice from{f.header.addr, f.header.size, f.header.rkey, access_flags::remote_read};
+    try {
+        co_await conn_.read(into, from);
+    } catch (const std::exception& e) {
+        std::string why = "reading " + describe(f.header) + " from " + name_ + " failed: " + e.what();
+        if (auto core = core_.lock()) {
+            core->fail(std::errc::connection_aborted, why, rank_, true);
+            core->throw_failure();
+        }
+        throw;
+    }
+}
+
+void peer_link::finish(inbound_frame& f) {
+    if (f.header.type == wire::frame::rts) {
+        wire::header fin;
+        fin.type = wire::frame::fin;
+        fin.op = f.header.op;
+        fin.seq = f.header.seq;
+        fin.step = f.header.step;
+        send_control(fin);
+    }
+    f.message.release();
+    ++handled_;
+    if (handled_ - acked_sent_ >= std::max<std::uint32_t>(1, own_window_ / 2)) {
+        wire::header credit;
+        credit.type = wire::frame::credit;
+        send_control(credit);
+    }
+}
+
+task<void> peer_link::receive(expected_frame e, local_slice into, std::stop_token token) {
+    auto self = shared_from_this();
+    inbound_frame f = co_await take(e, token);
+    if (f.header.type == wire::frame::data) {
+        if (f.header.size != 0)
+            std::memcpy(into.data(), f.message.data() + wire::header_size, f.header.size);
+    } else {
+        co_await fetch(f, into);
+    }
+    finish(f);
+}
+
+void peer_link::send_abort(std::uint32_t rank_at_fault, const std::string& why) {
+    if (abort_sent_ || free_slots_.empty() || conn_.is_broken())
+        return;
+    abort_sent_ = true;
+    wire::header h;
+    h.type = wire::frame::abort;
+    h.root = rank_at_fault;
+    send_control(h, why.substr(0, max_abort_reason));
+}
+
+task<void> peer_link::drain() {
+    auto self = shared_from_this();
+    if (in_flight_ == 0)
+        co_return;
+    drain_waiting_ = true;
+    std::optional<bool> idle = co_await idle_->pop({}, "group close", name_);
+    (void)idle;
+}
+
+void peer_link::close_queues() {
+    credits_->close();
+    inbox_->close();
+    fins_->close();
+}
+
+}  // namespace cordma::detail

@@ -1,0 +1,151 @@
+#pragma once
+/// One rank's link to another in a group: the connection, the receives
+/// the group keeps posted on it (a receive_queue), and the frames of
+/// group_wire.hpp over it, with flow control.
+///
+/// Flow control: a rank may have at most `window` credit-counted frames
+/// (data, rts) to a peer that the peer has not yet handled; every frame
+/// carries `acked` (how many of the other side's it has handled), and a
+/// bare credit frame goes out once half a window is handled and not yet
+/// acknowledged. Control frames (fin, credit, abort) are not counted:
+/// they are few (one fin per rts, at most a credit per half window, one
+/// abort), so 2 * window + 4 posted receives always have room and no
+/// receiver-not-ready can happen.
+///
+/// A dispatcher coroutine drains the receive_queue as frames arrive: data
+/// and rts frames wait in `inbox` for the collective step that takes them
+/// (in order: ranks call collectives in the same order), fins in `fins`
+/// for the sender of the rts, credits go straight to the window. Event
+/// listener thread only.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <cordma/connection.hpp>
+#include <cordma/group.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/receive_queue.hpp>
+#include <cordma/task.hpp>
+
+#include "engine/waiter_queue.hpp"
+#include "group/group_wire.hpp"
+
+namespace cordma::detail {
+
+class group_core;
+
+/// What a collective step expects the peer's next frame to say.
+struct expected_frame {
+    group_wire::collective op = group_wire::collective::none;
+    std::uint32_t seq = 0;
+    std::uint16_t step = 0;
+    std::uint32_t root = 0;
+    std::uint32_t extra = 0;
+    std::uint64_t size = 0;
+};
+
+/// A frame taken from the inbox: its header and its message (the payload
+/// of a data frame is in it; releasing it posts the receive again).
+struct inbound_frame {
+    group_wire::header header;
+    received_message message;
+};
+
+class peer_link : public std::enable_shared_from_this<peer_link> {
+public:
+    /// `queue` already holds this connection's receives (2 * own_window + 4
+    /// of them, header_size + eager_size bytes each); `peer_window` is
+    /// what the peer's hello granted.
+    peer_link(std::weak_ptr<group_core> core, int rank, std::string name, cordma::connection conn,
+              receive_queue queue, std::uint32_t own_window, std::uint32_t peer_window, std::size_t eager_size,
+              local_mr slots);
+
+    int rank() const noexcept { return rank_; }
+    /// "rank 2 (10.78.0.3:7600)", as errors name the peer.
+    const std::string& name() const noexcept { return name_; }
+    const cordma::connection& connection() const noexcept { return conn_; }
+    std::size_t eager_size() const noexcept { return eager_size_; }
+
+    /// Starts draining the receive queue.
+    void start();
+
+    /// Sends `payload` as the frame `h` describes (op, seq, step, root,
+    /// extra): inline (copied) up to the eager size, else as an rts the
+    /// peer reads from `payload` (which must allow remote reads); then
+    /// returns once `payload` may be reused (at once when copied; after the
+    /// peer's fin otherwise). Waits for room in the window first.
+    task<void> send(group_wire::header h, local_slice payload, std::stop_token token);
+    /// Takes the peer's next data or rts frame, which must match `e`
+    /// (group_error naming both sides otherwise), and lands its payload in
+    /// `into` (e.size bytes).
+    task<void> receive(expected_frame e, local_slice into, std::stop_token token);
+    /// Takes the next frame (matching `e`) without landing it: the caller
+    /// reads the payload (data) or fetches it (fetch(), rts), then
+    /// finish()es it.
+    task<inbound_frame> take(expected_frame e, std::stop_token token);
+    /// Reads an rts frame's payload into `into`.
+    task<void> fetch(const inbound_frame& f, local_slice into);
+    /// Done with `f`: sends the fin of an rts, posts the receive again and
+    /// counts it (returning credit when half a window is due).
+    void finish(inbound_frame& f);
+
+    /// Tells the peer the group failed (best effort, once).
+    void send_abort(std::uint32_t rank_at_fault, const std::string& why);
+    /// The group failed: every waiting take, send and fin wait wakes and
+    /// throws the group's error.
+    void close_queues();
+    /// Waits until every frame posted so far has completed (sent, or
+    /// flushed by a broken connection): before closing.
+    task<void> drain();
+
+private:
+    struct slot_pool;
+    task<void> dispatch();
+    void on_frame(group_wire::header h, received_message m);
+    void credit_returned(std::uint32_t acked);
+    /// Posts a frame from slot `slot` (header already encoded, `length`
+    /// bytes in all) without waiting for its completion; frees the slot then.
+    void post_slot(std::size_t slot, std::size_t length);
+    std::size_t take_slot();
+    void send_control(group_wire::header h, const std::string& payload = {});
+    [[noreturn]] void throw_group_failure() const;
+    /// A wait found the connection gone and nothing left: fails the group
+    /// naming this peer, and throws its error.
+    [[noreturn]] void link_gone() const;
+    std::string describe(const group_wire::header& h) const;
+    std::string describe(const expected_frame& e) const;
+
+    std::weak_ptr<group_core> core_;
+    std::shared_ptr<event_listener> listener_;
+    int rank_;
+    std::string name_;
+    cordma::connection conn_;
+    receive_queue queue_;
+    std::uint32_t own_window_;
+    std::uint32_t peer_window_;
+    std::size_t eager_size_;
+
+    local_mr slots_;
+    std::size_t slot_size_;
+    std::vector<std::size_t> free_slots_;
+
+    std::shared_ptr<waiter_queue<bool>> credits_;      // one per frame we may still send
+    std::shared_ptr<waiter_queue<inbound_frame>> inbox_;
+    std::shared_ptr<waiter_queue<group_wire::header>> fins_;
+    std::uint32_t sent_ = 0;         // credit-counted frames sent
+    std::uint32_t peer_acked_ = 0;   // of those, handled by the peer
+    std::uint32_t handled_ = 0;      // the peer's credit-counted frames handled here
+    std::uint32_t acked_sent_ = 0;   // the last `acked` this side sent
+    std::shared_ptr<waiter_queue<bool>> idle_;
+    std::size_t in_flight_ = 0;      // frames posted, not yet completed
+    bool drain_waiting_ = false;
+    std::string gone_reason_;        // why the connection went, once it has
+    bool abort_sent_ = false;
+    bool abort_received_ = false;
+};
+
+}  // namespace cordma::detail
