@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <latch>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 
+#include "support/peer_process.hpp"
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
@@ -215,4 +217,114 @@ TEST_CASE("a group of 4 forms and every collective moves the right bytes", "[gro
         }
     }
     (void)hosts;
+}
+
+TEST_CASE("mismatched collectives are reported on the ranks that see them, not corrupted", "[group]") {
+    auto hosts = host_list(3);
+    std::vector<std::errc> codes(3, std::errc{});
+    auto failures = run_ranks(3, [&](int r) {
+        builder b = rank_builder();
+        group_options o = group_options::from_hosts(hosts, r);
+        o.formation_timeout = 20s;
+        o.operation_timeout = 20s;
+        group g = sync_wait(group::form(b, o));
+        sync_wait(g.barrier());
+        local_mr buf = g.allocate(4096);
+        try {
+            // Rank 2 broadcasts 64 bytes from itself; the others expect
+            // 128 bytes from rank 0. A rank that takes nothing in this
+            // broadcast (a root) finds the stray frame in the barrier.
+            int root = r == 2 ? 2 : 0;
+            local_slice part = buf.slice(0, r == 2 ? 64 : 128);
+            sync_wait(g.broadcast(part, root));
+            sync_wait(g.barrier());
+        } catch (const group_error& e) {
+            codes[static_cast<std::size_t>(r)] = static_cast<std::errc>(e.code().value());
+            // Every later call fails at once, with the same error.
+            try {
+                sync_wait(g.barrier());
+            } catch (const group_error& again) {
+                if (std::string(again.what()) != e.what())
+                    throw std::runtime_error("a later call says something else: " + std::string(again.what()));
+                sync_wait(g.close());
+                throw;
+            }
+            throw std::runtime_error("a barrier after the failure passed");
+        }
+        sync_wait(g.close());
+    });
+    for (int r = 0; r < 3; ++r) {
+        const std::string& f = failures[static_cast<std::size_t>(r)];
+        INFO("rank " << r << ": " << f);
+        // Every rank fails, told what each side called.
+        CHECK(f.find("mismatched collectives") != std::string::npos);
+        CHECK(f.find("broadcast #2") != std::string::npos);
+        CHECK(codes[static_cast<std::size_t>(r)] != std::errc{});
+    }
+}
+
+TEST_CASE("a rank that never starts is named when formation times out", "[group]") {
+    auto hosts = host_list(3);
+    auto start = std::chrono::steady_clock::now();
+    std::vector<std::vector<int>> missing(2);
+    auto failures = run_ranks(2, [&](int r) {
+        builder b = rank_builder();
+        group_options o = group_options::from_hosts(hosts, r);
+        o.formation_timeout = 2s;
+        try {
+            sync_wait(group::form(b, o));
+        } catch (const group_error& e) {
+            missing[static_cast<std::size_t>(r)] = e.ranks();
+            throw;
+        }
+    });
+    auto took = std::chrono::steady_clock::now() - start;
+    for (int r = 0; r < 2; ++r) {
+        INFO("rank " << r << ": " << failures[static_cast<std::size_t>(r)]);
+        CHECK(failures[static_cast<std::size_t>(r)].find("rank 2 (" + hosts[2] + ")") != std::string::npos);
+        CHECK(failures[static_cast<std::size_t>(r)].find("formation_timeout") != std::string::npos);
+        CHECK(missing[static_cast<std::size_t>(r)] == std::vector<int>{2});
+    }
+    CHECK(took >= 2s);
+    CHECK(took < 8s);
+}
+
+TEST_CASE("a rank killed while the others wait for it fails them within 5 s, naming it", "[group]") {
+    auto hosts = host_list(3);
+    std::string list = hosts[0] + "," + hosts[1] + "," + hosts[2];
+    test::peer_process victim({list, "2", "hang"}, "CORDMA_TEST_GROUP_PEER");
+    std::latch formed(2);
+    std::atomic<std::int64_t> killed_at{0};
+    std::vector<std::int64_t> failed_at(2, 0);
+    std::vector<std::vector<int>> blamed(2);
+    std::thread killer([&] {
+        formed.wait();
+        victim.kill_now();
+        killed_at = std::chrono::steady_clock::now().time_since_epoch().count();
+    });
+    auto failures = run_ranks(2, [&](int r) {
+        builder b = rank_builder();
+        group_options o = group_options::from_hosts(hosts, r);
+        o.formation_timeout = 30s;
+        o.operation_timeout = 60s;  // far beyond the 5 s the death must take
+        group g = sync_wait(group::form(b, o));
+        sync_wait(g.barrier());
+        formed.count_down();
+        local_mr buf = g.allocate(64);
+        try {
+            sync_wait(g.broadcast(buf, 2));  // rank 2 never sends it
+        } catch (const group_error& e) {
+            failed_at[static_cast<std::size_t>(r)] = std::chrono::steady_clock::now().time_since_epoch().count();
+            blamed[static_cast<std::size_t>(r)] = e.ranks();
+            throw;
+        }
+    });
+    killer.join();
+    for (int r = 0; r < 2; ++r) {
+        INFO("rank " << r << ": " << failures[static_cast<std::size_t>(r)]);
+        CHECK(failures[static_cast<std::size_t>(r)].find("rank 2 (" + hosts[2] + ")") != std::string::npos);
+        CHECK(blamed[static_cast<std::size_t>(r)] == std::vector<int>{2});
+        auto after = std::chrono::steady_clock::duration(failed_at[static_cast<std::size_t>(r)] - killed_at.load());
+        CHECK(after < 5s);
+    }
 }

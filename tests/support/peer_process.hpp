@@ -19,8 +19,11 @@ namespace cordma::test {
 
 struct peer_process {
     pid_t pid = -1;
-    explicit peer_process(std::vector<std::string> args) {
-        const char* path = std::getenv("CORDMA_TEST_PEER");
+    /// Runs the program named by the environment variable `program`
+    /// (tests/meson.build sets CORDMA_TEST_PEER and CORDMA_TEST_GROUP_PEER).
+    explicit peer_process(std::vector<std::string> args, const char* program = "CORDMA_TEST_PEER") {
+        const char* path = std::getenv(program);
+        INFO("environment variable " << program);
         REQUIRE(path != nullptr);
         args.insert(args.begin(), path);
         std::vector<char*> argv;
@@ -36,6 +39,14 @@ struct peer_process {
         waitpid(pid, &status, 0);
         pid = -1;
         return status;
+    }
+    /// SIGKILL now, and reap it (a crash, for the tests of dying peers).
+    void kill_now() {
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+            pid = -1;
+        }
     }
     ~peer_process() {
         if (pid > 0) {
