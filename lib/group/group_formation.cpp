@@ -246,8 +246,7 @@ task<void> form_mesh(std::shared_ptr<group_core> core, listener incoming, clock:
     if (!missing.empty()) {
         bool timed_out = clock::now() >= deadline;
         throw group_error(timed_out ? std::errc::timed_out : std::errc::connection_refused,
-                          "cordma::group::form: rank " + std::to_string(core->rank()) + " of " +
-                              std::to_string(core->size()) + " (" + core->options().describe() + ")" +
+                          "cordma::group::form (" + core->options().describe() + ")" +
                               (timed_out ? " timed out after " + std::to_string(core->options().formation_timeout.count()) +
                                                " ms (group_options::formation_timeout)"
                                          : " could not form") +
