@@ -1,9 +1,18 @@
 // group::reduce and all_reduce. reduce: a binomial tree towards the root;
 // each rank folds its children's partial results into its own (children
 // in a fixed order, so floating-point results are the same on every run),
-// then sends the result to its parent. all_reduce: reduce to rank 0, then
-// broadcast from it.
+// then sends the result to its parent. all_reduce, by size and group size:
+// - up to ring_threshold bytes, with N a power of two: recursive doubling
+//   (in step k, exchange partial results with rank r xor 2^k and fold;
+//   log2 N steps, and every rank ends with the same bits, as a op b ==
+//   b op a for sum, min and max);
+// - from ring_threshold bytes, with at least N elements: a ring
+//   (reduce-scatter, then all-gather, N - 1 steps each, each moving 1/N of
+//   the buffer: every rank sends 2 (N - 1) / N of it, whatever N);
+// - otherwise: reduce to rank 0, then broadcast from it.
 #include <cstring>
+
+#include <cordma/when_all.hpp>
 
 #include "group/collectives/collective_steps.hpp"
 #include "group/collectives/reduction.hpp"
@@ -67,6 +76,90 @@ task<void> reduce_then_broadcast(std::shared_ptr<group_core> core, local_slice s
     co_await binomial_broadcast(core, recv, 0, broadcast_step);
 }
 
+/// Steps of the ring's all-gather phase (its reduce-scatter uses 0..N-2).
+constexpr std::uint16_t ring_gather_step = 0x4000;
+
+task<void> recursive_doubling(std::shared_ptr<group_core> core, local_slice send, local_slice recv,
+                              element_type type, reduce_op op) {
+    const auto& c = core->current();
+    int n = core->size(), r = core->rank();
+    std::size_t size = send.size();
+    std::uint32_t tag = reduce_tag(type, op);
+    if (size != 0 && recv.data() != send.data())
+        std::memmove(recv.data(), send.data(), size);
+    local_slice incoming = core->scratch(size);
+    std::uint16_t step = 0;
+    for (int mask = 1; mask < n; mask <<= 1, ++step) {
+        peer_link& partner = core->link(r ^ mask);
+        // The partner reads recv while this rank reads its: fold only once
+        // both transfers are done.
+        co_await when_all(partner.send(frame_of(*core, step, 0, tag), recv, c.token),
+                          partner.receive(expect(*core, step, size, 0, tag), incoming, c.token));
+        combine(type, op, recv.data(), incoming.data(), size);
+    }
+}
+
+task<void> ring(std::shared_ptr<group_core> core, local_slice send, local_slice recv, element_type type,
+                reduce_op op) {
+    const auto& c = core->current();
+    int n = core->size(), r = core->rank();
+    std::size_t size = send.size(), element = element_size(type);
+    std::uint32_t tag = reduce_tag(type, op);
+    if (size != 0 && recv.data() != send.data())
+        std::memmove(recv.data(), send.data(), size);
+    // Chunk i: elements [i * count / n, (i + 1) * count / n).
+    std::size_t count = size / element;
+    auto chunk = [&](int i) {
+        auto k = static_cast<std::size_t>((i % n + n) % n);
+        std::size_t begin = k * count / static_cast<std::size_t>(n) * element;
+        std::size_t end = (k + 1) * count / static_cast<std::size_t>(n) * element;
+        return recv.slice(begin, end - begin);
+    };
+    peer_link& right = core->link((r + 1) % n);
+    peer_link& left = core->link((r - 1 + n) % n);
+    std::size_t largest = (count + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n) * element;
+    local_slice incoming = core->scratch(largest);
+    // Reduce-scatter: after step s, chunk r - s - 1 holds s + 2 ranks' parts;
+    // after N - 1 steps, chunk r + 1 holds everyone's.
+    for (int s = 0; s < n - 1; ++s) {
+        local_slice out = chunk(r - s), in = chunk(r - s - 1);
+        auto step = static_cast<std::uint16_t>(s);
+        local_slice landing = incoming.slice(0, in.size());
+        co_await when_all(right.send(frame_of(*core, step, 0, tag), out, c.token),
+                          left.receive(expect(*core, step, in.size(), 0, tag), landing, c.token));
+        combine(type, op, in.data(), landing.data(), in.size());
+    }
+    // All-gather: pass the finished chunks round.
+    for (int s = 0; s < n - 1; ++s) {
+        local_slice out = chunk(r + 1 - s), in = chunk(r - s);
+        auto step = static_cast<std::uint16_t>(ring_gather_step + s);
+        co_await when_all(right.send(frame_of(*core, step, 0, tag), out, c.token),
+                          left.receive(expect(*core, step, in.size(), 0, tag), in, c.token));
+    }
+}
+
+bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+/// From this size all_reduce uses the ring (if there are enough elements).
+constexpr std::size_t ring_threshold = 64 * 1024;
+
+task<void> choose_all_reduce(std::shared_ptr<group_core> core, local_slice send, local_slice recv,
+                             element_type type, reduce_op op) {
+    int n = core->size();
+    std::size_t count = send.size() / element_size(type);
+    if (n == 1) {
+        if (send.size() != 0 && recv.data() != send.data())
+            std::memmove(recv.data(), send.data(), send.size());
+        co_return;
+    }
+    if (send.size() >= ring_threshold && count >= static_cast<std::size_t>(n))
+        co_await ring(core, send, recv, type, op);
+    else if (power_of_two(n))
+        co_await recursive_doubling(core, send, recv, type, op);
+    else
+        co_await reduce_then_broadcast(core, send, recv, type, op);
+}
+
 void check_reduction(const char* call, const group_core& core, const local_slice& send, const local_slice& recv,
                      element_type type, bool needs_recv) {
     std::size_t element = element_size(type);
@@ -100,7 +193,7 @@ task<void> group::all_reduce(local_slice send, local_slice recv, element_type ty
     detail::check_reduction("all_reduce", core, send, recv, type, true);
     auto shared = state_;
     co_await shared->run(detail::group_wire::collective::all_reduce, std::move(call),
-                         detail::reduce_then_broadcast(shared, send, recv, type, op));
+                         detail::choose_all_reduce(shared, send, recv, type, op));
 }
 
 }  // namespace cordma
