@@ -69,18 +69,19 @@ task<void> group_core::run(wire::collective op, group_call call, task<void> body
     current_.op = op;
     current_.seq = ++next_seq_;
     auto timeout = call.timeout.count() > 0 ? call.timeout : options_.operation_timeout;
-    std::stop_source source;
+    stop_ = std::stop_source();
     struct forward {
         std::stop_source source;
         void operator()() noexcept { source.request_stop(); }
     };
     std::optional<std::stop_callback<forward>> forwarding;
     if (call.stop.stop_possible())
-        forwarding.emplace(call.stop, forward{source});
-    std::shared_ptr<event_listener::timer> timer;
-    if (timeout < std::chrono::hours(24 * 365))
-        timer = listener_->call_after(timeout, [source]() mutable { source.request_stop(); });
-    current_.token = source.get_token();
+        forwarding.emplace(call.stop, forward{stop_});
+    auto now = std::chrono::steady_clock::now();
+    // Beyond a year is "forever" (and no overflow in the sum).
+    deadline_ = timeout < std::chrono::hours(24 * 365) ? now + timeout : std::chrono::steady_clock::time_point::max();
+    tick_at(std::min(deadline_, now + tick_interval));
+    current_.token = stop_.get_token();
 
     std::exception_ptr error;
     try {
@@ -88,8 +89,6 @@ task<void> group_core::run(wire::collective op, group_call call, task<void> body
     } catch (...) {
         error = std::current_exception();
     }
-    if (timer)
-        timer->cancel();
     forwarding.reset();
     busy_ = false;
     current_.token = {};
@@ -112,6 +111,38 @@ task<void> group_core::run(wire::collective op, group_call call, task<void> body
         fail(std::errc::connection_aborted, what + " failed: " + e.what(), -1, true);
     }
     throw_failure();
+}
+
+void group_core::tick_at(std::chrono::steady_clock::time_point at) {
+    if (ticking_ && next_tick_ <= at)
+        return;
+    ticking_ = true;
+    next_tick_ = at;
+    auto delay = std::max(at - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
+    std::weak_ptr<group_core> weak = weak_from_this();
+    listener_->call_after(delay, [weak, at] {
+        auto self = weak.lock();
+        if (!self || self->next_tick_ != at)
+            return;  // superseded by an earlier tick, or the group is gone
+        self->tick();
+    });
+}
+
+void group_core::tick() {
+    ticking_ = false;
+    if (!busy_ || failure_)
+        return;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline_) {
+        stop_.request_stop();
+        return;
+    }
+    // Still waiting: make sure every peer is still there (a rank whose
+    // host powered off sends no disconnect).
+    for (auto& l : links_)
+        if (l)
+            l->probe(now, liveness_patience);
+    tick_at(std::min(deadline_, now + tick_interval));
 }
 
 local_slice group_core::scratch(std::size_t size) {

@@ -3,6 +3,7 @@
 /// collective in progress, and whether the group has failed (and why).
 /// Event listener thread only, except where noted.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -65,7 +66,19 @@ public:
 
     task<void> close();
 
+    /// How often a waiting collective checks its deadline and probes its
+    /// peers (a keepalive to a host that is gone fails within the QP's
+    /// retry time, which breaks the link and names the rank).
+    static constexpr std::chrono::milliseconds tick_interval{500};
+    /// A peer that answers no ping for this long is taken for gone: with
+    /// pings each tick, a dead host is named 2 to 3 s into a wait for it.
+    static constexpr std::chrono::milliseconds liveness_patience{2000};
+
 private:
+    /// Arms a tick for `at` unless one is due by then.
+    void tick_at(std::chrono::steady_clock::time_point at);
+    void tick();
+
     cordma::builder builder_;
     group_options options_;
     int rank_;
@@ -76,6 +89,13 @@ private:
     current_call current_;
     std::uint32_t next_seq_ = 0;
     bool busy_ = false;
+    // The collective in progress: when it must end, and what stops it.
+    std::chrono::steady_clock::time_point deadline_{};
+    std::stop_source stop_;
+    // One timer at a time checks the deadline and sends keepalives while a
+    // collective runs (no timer per collective).
+    std::chrono::steady_clock::time_point next_tick_{};
+    bool ticking_ = false;
     local_mr scratch_;
 };
 

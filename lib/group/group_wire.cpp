@@ -50,7 +50,7 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     }
     header h;
     auto type = get<std::uint8_t>(p + 2);
-    if (type < 1 || type > 6) {
+    if (type < 1 || type > 7) {
         why = "a frame of unknown type " + std::to_string(type);
         return std::nullopt;
     }
@@ -102,6 +102,7 @@ const char* name(frame type) noexcept {
     case frame::fin: return "fin";
     case frame::credit: return "credit";
     case frame::abort: return "abort";
+    case frame::ping: return "ping";
     }
     return "?";
 }

@@ -37,6 +37,7 @@ enum class frame : std::uint8_t {
     fin = 4,     ///< the receiver of an rts has read it: the sender's buffer is free
     credit = 5,  ///< only `acked`: room in the window
     abort = 6,   ///< the sender's group failed; the payload says why
+    ping = 7,    ///< "are you there?": answered at once with a credit frame
 };
 
 enum class collective : std::uint8_t {

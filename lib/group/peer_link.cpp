@@ -72,14 +72,21 @@ task<void> peer_link::dispatch() {
         // finishes its last collective and closes must not fail a peer
         // still taking that collective's frames. A step that finds nothing
         // left fails the group then (link_gone).
-        gone_reason_ = e.what();
-        credits_->close();
-        inbox_->close_keeping_values();
-        fins_->close_keeping_values();
+        connection_lost(e.what());
         co_return;
     }
     if (auto core = core_.lock())
         core->fail(std::errc::protocol_error, failure, rank_, true);
+}
+
+void peer_link::connection_lost(const std::string& why) {
+    if (lost_)
+        return;
+    lost_ = true;
+    gone_reason_ = why;
+    credits_->close();
+    inbox_->close_keeping_values();
+    fins_->close_keeping_values();
 }
 
 void peer_link::link_gone() const {
@@ -94,6 +101,7 @@ void peer_link::link_gone() const {
 }
 
 void peer_link::on_frame(wire::header h, received_message m) {
+    last_heard_ = std::chrono::steady_clock::now();
     if (h.type != wire::frame::abort)
         credit_returned(h.acked);
     switch (h.type) {
@@ -114,6 +122,14 @@ void peer_link::on_frame(wire::header h, received_message m) {
         return;
     case wire::frame::credit:
         return;
+    case wire::frame::ping: {
+        m.release();
+        wire::header pong;
+        pong.type = wire::frame::credit;
+        if (!free_slots_.empty())
+            send_control(pong);
+        return;
+    }
     case wire::frame::abort: {
         abort_received_ = true;
         std::string reason(reinterpret_cast<const char*>(m.data()) + wire::header_size, h.size);
@@ -163,10 +179,17 @@ void peer_link::post_slot(std::size_t slot, std::size_t length) {
             } catch (...) {
                 error = std::current_exception();
             }
-            // A failed send means the connection broke; the dispatcher
-            // sees it too, as its receives flush, and reports it then.
-            (void)error;
             self->free_slots_.push_back(slot);
+            // A failed send means the connection broke. The receives may
+            // not flush at once (rxe flushes them only when its responder
+            // next runs), so do not wait for the dispatcher to see it.
+            if (error) {
+                try {
+                    std::rethrow_exception(error);
+                } catch (const std::exception& e) {
+                    self->connection_lost(e.what());
+                }
+            }
             if (--self->in_flight_ == 0 && self->drain_waiting_) {
                 self->drain_waiting_ = false;
                 self->idle_->push(true);
@@ -314,6 +337,30 @@ task<void> peer_link::receive(expected_frame e, local_slice into, std::stop_toke
         co_await fetch(f, into);
     }
     finish(f);
+}
+
+void peer_link::probe(std::chrono::steady_clock::time_point now, std::chrono::milliseconds patience) {
+    if (lost_ || conn_.is_broken())
+        return;
+    if (ping_outstanding_) {
+        if (last_heard_ >= ping_sent_)
+            ping_outstanding_ = false;  // answered (by the pong or anything else)
+        else if (now - ping_sent_ > patience) {
+            // RC retries cannot be relied on to notice (rxe never gives up
+            // on a retry count of 7, and nothing is sent while a rank only
+            // waits), so silence is what tells.
+            connection_lost("no answer to a keepalive for " + std::to_string(patience.count()) +
+                            " ms: its host is down, unreachable or stopped");
+            return;
+        }
+    }
+    if (ping_outstanding_ || free_slots_.size() < 4)
+        return;
+    ping_outstanding_ = true;
+    ping_sent_ = now;
+    wire::header h;
+    h.type = wire::frame::ping;
+    send_control(h);
 }
 
 void peer_link::send_abort(std::uint32_t rank_at_fault, const std::string& why) {

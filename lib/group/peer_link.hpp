@@ -18,6 +18,7 @@
 /// for the sender of the rts, credits go straight to the window. Event
 /// listener thread only.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -93,6 +94,10 @@ public:
     /// counts it (returning credit when half a window is due).
     void finish(inbound_frame& f);
 
+    /// Liveness, called once a tick while a collective waits: sends a ping
+    /// unless one is unanswered; if one has gone unanswered for longer than
+    /// `patience`, the link is lost (naming why).
+    void probe(std::chrono::steady_clock::time_point now, std::chrono::milliseconds patience);
     /// Tells the peer the group failed (best effort, once).
     void send_abort(std::uint32_t rank_at_fault, const std::string& why);
     /// The group failed: every waiting take, send and fin wait wakes and
@@ -116,6 +121,9 @@ private:
     /// A wait found the connection gone and nothing left: fails the group
     /// naming this peer, and throws its error.
     [[noreturn]] void link_gone() const;
+    /// The connection is gone (why): frames that arrived stay to be taken;
+    /// waits that find nothing more end in link_gone.
+    void connection_lost(const std::string& why);
     std::string describe(const group_wire::header& h) const;
     std::string describe(const expected_frame& e) const;
 
@@ -144,6 +152,10 @@ private:
     std::size_t in_flight_ = 0;      // frames posted, not yet completed
     bool drain_waiting_ = false;
     std::string gone_reason_;        // why the connection went, once it has
+    bool lost_ = false;
+    std::chrono::steady_clock::time_point last_heard_{};  // the last frame from the peer
+    std::chrono::steady_clock::time_point ping_sent_{};
+    bool ping_outstanding_ = false;
     bool abort_sent_ = false;
     bool abort_received_ = false;
 };

@@ -10,6 +10,9 @@
 #   death3        rank 2 kills itself after the first barrier; ranks 0
 #                 and 1, waiting in a broadcast from it, fail within 5 s
 #                 naming it
+#   poweroff3     as death3, but rank 2's whole VM powers off: no
+#                 disconnect is sent, the keepalives a waiting collective
+#                 sends each second find the host gone
 # Each VM's exit status is its rank's; rxe-vm returns the first non-zero.
 set -euo pipefail
 src=$1 build=$2 scenario=$3
@@ -30,6 +33,8 @@ case "$scenario" in
     vm -n 3 -t 240 -- sh -c "if [ \$RXE_VM_HOST = 3 ]; then echo 'rank 2 never starts'; else $peer $(hosts 3) \$((RXE_VM_HOST-1)) expect-missing 2; fi" ;;
   death3)
     vm -n 3 -t 240 -- sh -c "if [ \$RXE_VM_HOST = 3 ]; then $peer $(hosts 3) 2 die; [ \$? = 137 ]; else $peer $(hosts 3) \$((RXE_VM_HOST-1)) expect-death 2; fi" ;;
+  poweroff3)
+    vm -n 3 -t 240 -- sh -c "if [ \$RXE_VM_HOST = 3 ]; then $peer $(hosts 3) 2 poweroff; else $peer $(hosts 3) \$((RXE_VM_HOST-1)) expect-death 2; fi" ;;
   *)
     echo "group_hosts.sh: unknown scenario '$scenario'" >&2; exit 2 ;;
 esac

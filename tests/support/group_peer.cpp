@@ -9,6 +9,9 @@
 //   barrier         form, pass a barrier, close, exit 0
 //   die             form, pass a barrier, then SIGKILL itself (a crash in
 //                   the middle of the group's life)
+//   poweroff        form, pass a barrier, then power its VM off at once
+//                   (tools/rxe-vm only: writes 0 to $RXE_VM_RC first): no
+//                   disconnect reaches anyone, the host is just gone
 //   expect-death R  form, pass a barrier, then broadcast from rank R (which
 //                   dies instead); exit 0 only if the broadcast fails with
 //                   group_error naming rank R within 5 s
@@ -88,6 +91,24 @@ int main(int argc, char** argv) try {
             std::this_thread::sleep_for(std::chrono::seconds(1));
     if (mode == "die")
         kill(getpid(), SIGKILL);
+    if (mode == "poweroff") {
+        const char* rc = std::getenv("RXE_VM_RC");
+        if (!rc) {
+            std::fprintf(stderr, "group_peer: poweroff runs only inside tools/rxe-vm\n");
+            return 1;
+        }
+        if (FILE* f = std::fopen(rc, "w")) {
+            std::fputs("0\n", f);
+            std::fclose(f);
+        }
+        sync();
+        if (FILE* trigger = std::fopen("/proc/sysrq-trigger", "w")) {
+            std::fputs("o", trigger);  // power off now, no shutdown, no goodbye
+            std::fclose(trigger);
+        }
+        for (;;)
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     if (mode == "expect-death") {
         local_mr buf = g.allocate(64);
         auto start = clock_type::now();
