@@ -332,3 +332,32 @@ TEST_CASE("a rank killed while the others wait for it fails them within 5 s, nam
         CHECK(after < 5s);
     }
 }
+
+TEST_CASE("a group dropped without close closes its connections; the others are told", "[group]") {
+    auto hosts = host_list(3);
+    std::vector<std::string> after(3);
+    auto failures = run_ranks(3, [&](int r) {
+        builder b = rank_builder();
+        group_options o = group_options::from_hosts(hosts, r);
+        o.formation_timeout = 20s;
+        o.operation_timeout = 20s;
+        group g = sync_wait(group::form(b, o));
+        sync_wait(g.barrier());
+        if (r == 2) {
+            g = group{};  // no close(): the last handle just goes
+            return;
+        }
+        local_mr buf = g.allocate(64);
+        try {
+            sync_wait(g.broadcast(buf, 2));
+        } catch (const group_error& e) {
+            after[static_cast<std::size_t>(r)] = e.what();
+        }
+        sync_wait(g.close());
+    });
+    require_none(failures);
+    for (int r = 0; r < 2; ++r) {
+        INFO("rank " << r << ": " << after[static_cast<std::size_t>(r)]);
+        CHECK(after[static_cast<std::size_t>(r)].find("rank 2 (" + hosts[2] + ")") != std::string::npos);
+    }
+}

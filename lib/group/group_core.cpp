@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <cordma/error.hpp>
+#include <cordma/task_group.hpp>
 #include <cordma/when_all.hpp>
 
 namespace cordma::detail {
@@ -18,6 +19,22 @@ group_core::group_core(cordma::builder b, group_options options, int rank, std::
       endpoints_(std::move(endpoints)),
       listener_(builder_.event_listener()),
       links_(endpoints_.size()) {}
+
+namespace {
+
+// close() is a member coroutine: it must be called on a connection that
+// outlives it, so each gets a frame of its own holding its handle.
+task<void> close_connection(cordma::connection c) { co_await c.close(); }
+
+}  // namespace
+
+group_core::~group_core() {
+    if (closed_)
+        return;
+    for (auto& l : links_)
+        if (l)
+            spawn_detached(close_connection(l->connection()), [](std::exception_ptr) {});
+}
 
 std::string group_core::rank_name(int r) const {
     return "rank " + std::to_string(r) + " (" + endpoint(r) + ")";
@@ -160,11 +177,12 @@ task<void> group_core::close() {
     for (auto& l : links_)
         if (l)
             co_await l->drain();
+    closed_ = true;
     fail(std::errc::connection_aborted, "closed by this rank (group::close)", -1, false);
     std::vector<task<void>> closing;
     for (auto& l : links_)
         if (l)
-            closing.push_back(cordma::connection(l->connection()).close());
+            closing.push_back(close_connection(l->connection()));
     co_await when_all(std::move(closing));
 }
 

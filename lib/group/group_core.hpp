@@ -26,6 +26,11 @@ namespace cordma::detail {
 class group_core : public std::enable_shared_from_this<group_core> {
 public:
     group_core(cordma::builder b, group_options options, int rank, std::vector<std::string> endpoints);
+    /// The last group handle is gone: closes every connection (the links'
+    /// dispatchers end as their receives flush), unless close() did.
+    ~group_core();
+    group_core(const group_core&) = delete;
+    group_core& operator=(const group_core&) = delete;
 
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return static_cast<int>(endpoints_.size()); }
@@ -96,6 +101,7 @@ private:
     // collective runs (no timer per collective).
     std::chrono::steady_clock::time_point next_tick_{};
     bool ticking_ = false;
+    bool closed_ = false;
     local_mr scratch_;
 };
 
