@@ -231,7 +231,10 @@ TEST_CASE("a plain connection's MTU is the path's, capped by builder::path_mtu, 
     server_side.path_mtu(IBV_MTU_1024);
     listener l = server_side.listen(any_port());
     builder b = plain_builder(endpoint_exchange::rdma_cm);
-    b.path_mtu(IBV_MTU_1024).retry_count(3).rnr_retry(2).timeout(12).min_rnr_timer(5).remote_access(
+    // min_rnr_timer 31 (491 ms): the server's send below may beat this
+    // side's receive, and its retries wait this long each (a short timer
+    // made the echo fail under load).
+    b.path_mtu(IBV_MTU_1024).retry_count(3).rnr_retry(2).timeout(12).min_rnr_timer(31).remote_access(
         access_flags::remote_read);
     auto [server, client] = sync_wait(when_all(l.accept(), b.connect(l.address())));
     auto query = [](const connection& c) {
@@ -252,7 +255,7 @@ TEST_CASE("a plain connection's MTU is the path's, capped by builder::path_mtu, 
     CHECK(mine.retry_cnt == 3);
     CHECK(mine.rnr_retry == 2);
     CHECK(mine.timeout == 12);
-    CHECK(mine.min_rnr_timer == 5);
+    CHECK(mine.min_rnr_timer == 31);
     CHECK(mine.qp_access_flags == IBV_ACCESS_REMOTE_READ);
     // A message longer than the MTU goes out in several packets. (Each
     // side's buffers from its own builder's pool: two builders, two PDs.)

@@ -101,6 +101,14 @@ struct CORDMA_API group_options {
     std::chrono::milliseconds formation_timeout{60'000};
     /// The default deadline of each collective (group_call::timeout).
     std::chrono::milliseconds operation_timeout{60'000};
+    /// While a collective waits, each peer is pinged twice a second (its
+    /// event listener answers, whatever its application does); a peer that
+    /// answers nothing for this long is taken for gone (a host powered off
+    /// or cut off sends no disconnect; a process that dies does, and is
+    /// named at once). A wait for a host that is gone ends within
+    /// peer_timeout + 1 s. Lower it for faster detection where hosts never
+    /// stall; at least 1 s.
+    std::chrono::milliseconds peer_timeout{10'000};
     /// Messages up to this many bytes travel inline, in receives the group
     /// keeps posted (group_options::window of them per peer); larger ones
     /// are read from the sender's buffer. 64 B to 1 MiB.

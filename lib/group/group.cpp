@@ -35,6 +35,8 @@ void check_options(const builder& b, const group_options& o) {
             std::to_string(depth) + ", for more)");
     if (o.formation_timeout.count() <= 0)
         bad("formation_timeout must be positive");
+    if (o.peer_timeout < std::chrono::seconds(1))
+        bad("peer_timeout is " + std::to_string(o.peer_timeout.count()) + " ms; it must be at least 1 s");
     if (o.operation_timeout.count() <= 0)
         bad("operation_timeout must be positive (a year or more means none)");
     if (!b.settings().with_agent)

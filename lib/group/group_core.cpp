@@ -147,6 +147,7 @@ void group_core::tick_at(std::chrono::steady_clock::time_point at) {
 
 void group_core::tick() {
     ticking_ = false;
+    // (next_tick_ still says when this tick was due.)
     if (!busy_ || failure_)
         return;
     auto now = std::chrono::steady_clock::now();
@@ -155,10 +156,16 @@ void group_core::tick() {
         return;
     }
     // Still waiting: make sure every peer is still there (a rank whose
-    // host powered off sends no disconnect).
+    // host powered off sends no disconnect). A tick that comes late means
+    // this process was starved of CPU: the peers' answers may be waiting
+    // unread, so their silence counts only from now.
+    auto late = now - next_tick_;
     for (auto& l : links_)
-        if (l)
-            l->probe(now, liveness_patience);
+        if (l) {
+            if (late > tick_interval)
+                l->excuse_silence(now);
+            l->probe(now, options_.peer_timeout);
+        }
     tick_at(std::min(deadline_, now + tick_interval));
 }
 

@@ -75,9 +75,6 @@ public:
     /// peers (a keepalive to a host that is gone fails within the QP's
     /// retry time, which breaks the link and names the rank).
     static constexpr std::chrono::milliseconds tick_interval{500};
-    /// A peer that answers no ping for this long is taken for gone: with
-    /// pings each tick, a dead host is named 2 to 3 s into a wait for it.
-    static constexpr std::chrono::milliseconds liveness_patience{2000};
 
 private:
     /// Arms a tick for `at` unless one is due by then.

@@ -98,6 +98,12 @@ public:
     /// unless one is unanswered; if one has gone unanswered for longer than
     /// `patience`, the link is lost (naming why).
     void probe(std::chrono::steady_clock::time_point now, std::chrono::milliseconds patience);
+    /// This process was starved until `now`: an unanswered ping counts as
+    /// sent now.
+    void excuse_silence(std::chrono::steady_clock::time_point now) {
+        if (ping_outstanding_ && last_heard_ < ping_sent_)
+            ping_sent_ = now;
+    }
     /// Tells the peer the group failed (best effort, once).
     void send_abort(std::uint32_t rank_at_fault, const std::string& why);
     /// The group failed: every waiting take, send and fin wait wakes and

@@ -6,7 +6,7 @@
 #   mesh3         examples/mesh on 3 VMs, 20 rounds, every string checked
 #   collectives4  examples/collectives on 4 VMs, every collective checked
 #   missing3      rank 2's VM runs nothing: ranks 0 and 1 fail to form
-#                 within their 3 s deadline, naming rank 2
+#                 within their 15 s deadline, naming rank 2 alone
 #   death3        rank 2 kills itself after the first barrier; ranks 0
 #                 and 1, waiting in a broadcast from it, fail within 5 s
 #                 naming it
