@@ -42,6 +42,14 @@ def human(n):
     return f"{n} B"
 
 
+def short(n):
+    """Tic labels: the panels are narrow."""
+    for shift, unit in ((20, "M"), (10, "K")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
 def fmt(v, digits=1):
     return "–" if v is None else f"{v:.{digits}f}"
 
@@ -143,7 +151,8 @@ def plot(path, meta, agg, sizes):
             return False
         cols = 3 if count > 4 else (2 if count > 1 else 1)
         rows_n = (count + cols - 1) // cols
-        xtics = ", ".join(f'"{human(s)}" {s}' for s in sizes)
+        xtics = ", ".join(f'"{short(s)}" {s}' for s in sizes)
+        xrange = f"[{sizes[0] / 2}:{sizes[-1] * 2}]" if sizes else "[*:*]"
         where = "Soft-RoCE in tools/rxe-vm" if meta.get("in_rxe_vm") else "the host's device"
         script = [f'set terminal pngcairo size {520 * cols},{420 * rows_n} font "sans,10"',
                   f"set output '{path}'",
@@ -152,7 +161,7 @@ def plot(path, meta, agg, sizes):
                   f'bars: min-max"',
                   "set grid", "set key top left", "set ylabel 'microseconds'"]
         for op, lines in panels:
-            script += ["set logscale xy", f"set xtics ({xtics})", "set xlabel 'bytes" +
+            script += ["set logscale xy", f"set xtics ({xtics})", f"set xrange {xrange}", "set xlabel 'bytes" +
                        (" per block'" if op in ("alltoall", "allgather") else "'"),
                        f"set title '{op}'", "plot " + ", \\\n     ".join(lines)]
         if barrier:
