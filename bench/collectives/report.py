@@ -219,7 +219,8 @@ def main():
               "warm-up calls, then N timed calls, each preceded by an untimed barrier. Every rank times its own "
               "call (CLOCK_MONOTONIC); an iteration's time is the largest over the ranks; p50 and p90 are "
               "nearest-rank percentiles of those. Figures here are medians over the rounds (min-max in "
-              "brackets); ratios are cordma/Open MPI of those medians (below 1: cordma faster).")
+              "brackets); ratios are cordma/Open MPI of those medians (below 1: cordma faster). A run that "
+              "failed part-way keeps the figures it printed before failing: each was checked.")
     summary = {"name": name, **meta, "method": method, "status": status,
                "table": [{k: v for k, v in row.items() if not k.startswith("_")} for row in table],
                "runs": runs, "results": results}
