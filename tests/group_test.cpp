@@ -194,14 +194,15 @@ task<void> every_collective(group g, std::size_t block, std::vector<std::string>
 }  // namespace
 
 TEST_CASE("a group forms and every collective moves the right bytes", "[group]") {
-    // 256 B travels inline; 96 KiB is read from the sender's buffer (and
-    // all_reduce takes the ring); 3 ranks: no power of two (all_reduce
-    // reduces and broadcasts small sizes), 100000 bytes split unevenly.
+    // 256 B travels inline (broadcast and all_reduce go flat); 16 KiB is
+    // read from the sender's buffer (broadcast takes the binomial tree,
+    // all_reduce recursive doubling); from 64 KiB all_reduce takes the
+    // ring; 3 ranks: no power of two, 100000 bytes split unevenly.
     struct shape {
         int ranks;
         std::size_t block;
     };
-    for (shape s : {shape{4, 256}, shape{4, 96 * 1024}, shape{3, 256}, shape{3, 100000}}) {
+    for (shape s : {shape{4, 256}, shape{4, 16 * 1024}, shape{4, 96 * 1024}, shape{3, 256}, shape{3, 100000}}) {
         DYNAMIC_SECTION(s.ranks << " ranks, blocks of " << s.block << " bytes") {
             auto hosts = host_list(s.ranks);
             auto failures = run_ranks(s.ranks, [&](int r) {

@@ -1,7 +1,10 @@
-// group::broadcast: a binomial tree from the root. Each rank takes the
-// message from its parent, then passes it to its children at once; small
-// messages travel inline, large ones are read by each child from its
-// parent's buffer (so log2 N hops, each an RDMA READ of the whole buffer).
+// group::broadcast. Small messages (inline, up to the eager size) in small
+// groups (up to flat_limit ranks): the root sends to every rank at once,
+// one hop, since on these links a hop costs far more than the root's extra
+// copies. Otherwise a binomial tree from the root: each rank takes the
+// message from its parent, then passes it to its children at once; large
+// messages are read by each child from its parent's buffer (log2 N hops,
+// each an RDMA READ of the whole buffer).
 #include <vector>
 
 #include <cordma/when_all.hpp>
@@ -30,6 +33,27 @@ task<void> binomial_broadcast(std::shared_ptr<group_core> core, local_slice buff
     co_await when_all(std::move(sends));
 }
 
+task<void> flat_broadcast(std::shared_ptr<group_core> core, local_slice buffer, int root, std::uint16_t step) {
+    const auto& c = core->current();
+    auto root_tag = static_cast<std::uint32_t>(root);
+    if (core->rank() != root) {
+        co_await core->link(root).receive(expect(*core, step, buffer.size(), root_tag), buffer, c.token);
+        co_return;
+    }
+    std::vector<task<void>> sends;
+    for (int p = 0; p < core->size(); ++p)
+        if (p != root)
+            sends.push_back(core->link(p).send(frame_of(*core, step, root_tag), buffer, c.token));
+    co_await when_all(std::move(sends));
+}
+
+task<void> any_broadcast(std::shared_ptr<group_core> core, local_slice buffer, int root, std::uint16_t step) {
+    if (core->size() <= flat_limit && buffer.size() <= core->options().eager_size)
+        co_await flat_broadcast(std::move(core), buffer, root, step);
+    else
+        co_await binomial_broadcast(std::move(core), buffer, root, step);
+}
+
 }  // namespace detail
 
 task<void> group::broadcast(local_slice buffer, int root, group_call call) {
@@ -38,7 +62,7 @@ task<void> group::broadcast(local_slice buffer, int root, group_call call) {
     detail::check_slice("broadcast", "buffer", buffer, buffer.size());
     auto shared = state_;
     co_await shared->run(detail::group_wire::collective::broadcast, std::move(call),
-                         detail::binomial_broadcast(shared, buffer, root, 0));
+                         detail::any_broadcast(shared, buffer, root, 0));
 }
 
 }  // namespace cordma

@@ -58,6 +58,16 @@ inline bool overlap(const local_slice& a, const local_slice& b) {
     return a.size() != 0 && b.size() != 0 && a.data() < b.data() + b.size() && b.data() < a.data() + a.size();
 }
 
+/// Up to this many ranks, small messages go straight to (or from) every
+/// rank at once instead of up and down a tree.
+inline constexpr int flat_limit = 8;
+
+/// The broadcasts reduce.cpp reuses (broadcast.cpp): any_broadcast picks
+/// flat or binomial by size and group size, as group::broadcast does.
+task<void> binomial_broadcast(std::shared_ptr<group_core> core, local_slice buffer, int root, std::uint16_t step);
+task<void> flat_broadcast(std::shared_ptr<group_core> core, local_slice buffer, int root, std::uint16_t step);
+task<void> any_broadcast(std::shared_ptr<group_core> core, local_slice buffer, int root, std::uint16_t step);
+
 /// The binomial tree over ranks relative to `root`: rank v's parent is v
 /// without its lowest set bit, its children v + 2^k for every 2^k below
 /// that bit.

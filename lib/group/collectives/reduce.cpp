@@ -2,7 +2,10 @@
 // each rank folds its children's partial results into its own (children
 // in a fixed order, so floating-point results are the same on every run),
 // then sends the result to its parent. all_reduce, by size and group size:
-// - up to ring_threshold bytes, with N a power of two: recursive doubling
+// - inline sizes (up to the eager size) in groups of up to flat_limit:
+//   every rank sends to rank 0, which folds them in rank order and sends
+//   the result to every rank (two hops, each one-way);
+// - other sizes below ring_threshold, with N a power of two: recursive doubling
 //   (in step k, exchange partial results with rank r xor 2^k and fold;
 //   log2 N steps, and every rank ends with the same bits, as a op b ==
 //   b op a for sum, min and max);
@@ -20,8 +23,6 @@
 namespace cordma {
 
 namespace detail {
-
-task<void> binomial_broadcast(std::shared_ptr<group_core> core, local_slice buffer, int root, std::uint16_t step);
 
 namespace {
 
@@ -74,6 +75,29 @@ task<void> reduce_then_broadcast(std::shared_ptr<group_core> core, local_slice s
                                  element_type type, reduce_op op) {
     co_await tree_reduce(core, send, recv, type, op, 0);
     co_await binomial_broadcast(core, recv, 0, broadcast_step);
+}
+
+/// Every rank's part to rank 0 at once; rank 0 folds them in rank order
+/// as they are taken, then sends the result to everyone at once.
+task<void> flat_all_reduce(std::shared_ptr<group_core> core, local_slice send, local_slice recv,
+                           element_type type, reduce_op op) {
+    const auto& c = core->current();
+    int n = core->size();
+    std::size_t size = send.size();
+    std::uint32_t tag = reduce_tag(type, op);
+    if (core->rank() != 0) {
+        co_await core->link(0).send(frame_of(*core, 0, 0, tag), send, c.token);
+    } else {
+        if (size != 0 && recv.data() != send.data())
+            std::memmove(recv.data(), send.data(), size);
+        for (int p = 1; p < n; ++p) {
+            peer_link& from = core->link(p);
+            inbound_frame f = co_await from.take(expect(*core, 0, size, 0, tag), c.token);
+            combine(type, op, recv.data(), f.message.data() + group_wire::header_size, size);
+            from.finish(f);
+        }
+    }
+    co_await flat_broadcast(core, recv, 0, broadcast_step);
 }
 
 /// Steps of the ring's all-gather phase (its reduce-scatter uses 0..N-2).
@@ -152,7 +176,9 @@ task<void> choose_all_reduce(std::shared_ptr<group_core> core, local_slice send,
             std::memmove(recv.data(), send.data(), send.size());
         co_return;
     }
-    if (send.size() >= ring_threshold && count >= static_cast<std::size_t>(n))
+    if (n <= flat_limit && send.size() <= core->options().eager_size)
+        co_await flat_all_reduce(core, send, recv, type, op);
+    else if (send.size() >= ring_threshold && count >= static_cast<std::size_t>(n))
         co_await ring(core, send, recv, type, op);
     else if (power_of_two(n))
         co_await recursive_doubling(core, send, recv, type, op);
