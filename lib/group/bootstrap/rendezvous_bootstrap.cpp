@@ -222,12 +222,11 @@ std::vector<std::string> rendezvous_bootstrap::join(const std::string& endpoint,
                           "torchrun rendezvous (" + j.where + "): rank 0 sent no list" + within +
                               (j.last_failure.empty() ? "" : " (last: " + j.last_failure + ")"),
                           {0});
-    throw group_error(std::errc::timed_out,
-                      "torchrun rendezvous (" + j.where + "): rank" + (missing.size() > 1 ? "s " : " ") +
+    std::string message = "torchrun rendezvous (" + j.where + "): rank" + (missing.size() > 1 ? "s " : " ") +
                           rank_names(missing) + " of " + std::to_string(world_size_) + " had not published " +
                           (missing.size() > 1 ? "their endpoints" : "its endpoint") + within +
-                          " (as of rank 0's last status, sent at most 500 ms before)",
-                      std::move(missing));
+                          " (as of rank 0's last status, sent at most 500 ms before)";
+    throw group_error(std::errc::timed_out, std::move(message), std::move(missing));
 }
 
 }  // namespace cordma::detail

@@ -95,6 +95,7 @@ public:
     }
 
     std::vector<std::string> run(clock::time_point deadline, std::chrono::milliseconds limit) {
+        deadline_ = deadline;
         asio::co_spawn(io_, accept_loop(), [this](std::exception_ptr e) { crashed(e); });
         asio::co_spawn(io_, status_loop(), [this](std::exception_ptr e) { crashed(e); });
         io_.run_until(deadline);
@@ -102,17 +103,25 @@ public:
             std::rethrow_exception(failure_);
         if (list_)
             return *list_;
+        // Ranks that never published, and ranks that did but whose
+        // connection ended before the others came (their own deadline, a
+        // crash): both are missing from the list.
         std::vector<int> missing;
-        std::string names;
+        std::string never, gone;
         for (int r = 0; r < world_size_; ++r)
             if (!slots_[r]) {
                 missing.push_back(r);
+                std::string& names = left_.count(r) ? gone : never;
                 names += (names.empty() ? "" : ", ") + std::to_string(r);
             }
-        std::string message = "torchrun rendezvous (" + where_ + "): rank" + (missing.size() > 1 ? "s " : " ") +
-                              names + " of " + std::to_string(world_size_) + " never published " +
-                              (missing.size() > 1 ? "their endpoints" : "its endpoint") + " within " +
-                              std::to_string(limit.count()) + " ms";
+        std::string message = "torchrun rendezvous (" + where_ + "): not every rank published its endpoint within " +
+                              std::to_string(limit.count()) + " ms (WORLD_SIZE=" + std::to_string(world_size_) + ")";
+        if (!never.empty())
+            message += "; never published: rank" + std::string(never.find(',') != std::string::npos ? "s " : " ") +
+                       never;
+        if (!gone.empty())
+            message += "; published, then left before the list was complete: rank" +
+                       std::string(gone.find(',') != std::string::npos ? "s " : " ") + gone;
         if (!refusals_.empty())
             message += "; refused meanwhile: " + refusals_;
         throw group_error(std::errc::timed_out, message, std::move(missing));
@@ -147,6 +156,7 @@ public:
             ++published_;
         }
         slots_[rank] = slot{p.endpoint, from};
+        left_.erase(rank);
         from->rank = rank;
         --unpublished_;
         changed_ = true;
@@ -160,8 +170,12 @@ public:
     // A published rank's connection ended before the list went out: its
     // slot is free again (the process may come back).
     void withdraw(const std::shared_ptr<session>& from, const std::string& why) {
-        if (list_ || from->rank < 0 || !slots_[from->rank] || slots_[from->rank]->from != from)
+        // At the deadline every rank gives up at about the same time: their
+        // leaving then is not news, and would hide who never came.
+        if (list_ || clock::now() >= deadline_ || from->rank < 0 || !slots_[from->rank] ||
+            slots_[from->rank]->from != from)
             return;
+        left_.insert(from->rank);
         std::fprintf(stderr, "cordma: torchrun rendezvous (%s): rank %d (from %s) left before every rank had "
                              "published: %s\n", where_.c_str(), from->rank, from->peer().c_str(), why.c_str());
         slots_[from->rank].reset();
@@ -293,6 +307,8 @@ private:
     int lists_pending_ = 0;
     std::optional<std::vector<std::string>> list_;
     std::set<std::shared_ptr<session>> sessions_;
+    std::set<int> left_;
+    clock::time_point deadline_{};
     std::string refusals_;
     std::exception_ptr failure_;
 };
