@@ -57,7 +57,7 @@ std::vector<std::string> split_hosts(std::string_view text) {
     }
 }
 
-// torchrun's four variables: nullopt when none is set; a bootstrap when all
+// torchrun's four variables: null when none is set; a bootstrap when all
 // are; else what is missing.
 std::shared_ptr<detail::group_bootstrap> from_torchrun() {
     static constexpr const char* names[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
