@@ -100,8 +100,12 @@ task<group> group::form(builder b, group_options options) {
         incoming = b.listen(address);
         std::string mine = incoming.address();
         auto bootstrap = options.bootstrap;
-        co_await run_blocking([&endpoints, bootstrap, mine, deadline] { endpoints = bootstrap->exchange(mine, deadline); },
-                              listener_thread);
+        // Named, not a temporary: g++ 12 destroys some temporary awaiters
+        // in a co_await twice (this one owns a thread and a function).
+        blocking_call exchange = run_blocking(
+            [&endpoints, bootstrap, mine, deadline] { endpoints = bootstrap->exchange(mine, deadline); },
+            listener_thread);
+        co_await exchange;
         if (endpoints.size() != static_cast<std::size_t>(bootstrap->size()) || rank < 0 ||
             static_cast<std::size_t>(rank) >= endpoints.size())
             throw std::logic_error("cordma::group::form: " + bootstrap->describe() + " returned " +
