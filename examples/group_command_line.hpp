@@ -6,6 +6,9 @@
 // torchrun's variables, or CORDMA_GROUP_HOSTS/CORDMA_GROUP_RANK).
 
 #include <charconv>
+#include <cstdio>
+#include <exception>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -14,6 +17,8 @@
 
 #include <cordma/builder.hpp>
 #include <cordma/group.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
 
 namespace examples {
 
@@ -87,5 +92,29 @@ struct group_command_line {
                              : cordma::group_options::from_hosts(hosts, rank);
     }
 };
+
+/// The main of a group example: parses the command line (exit 2 on a bad
+/// one), forms the group (saying from what), runs `body` on it and returns
+/// its status (1 on any exception, with its message).
+inline int run_group_example(const char* program, int argc, char** argv,
+                             const std::function<cordma::task<int>(cordma::group, group_command_line)>& body) {
+    group_command_line o;
+    try {
+        o = group_command_line::parse(argc, argv);
+    } catch (const usage_error& e) {
+        std::fprintf(stderr, "%s: %s\nusage: %s %s\n", program, e.what(), program, group_command_line::usage);
+        return 2;
+    }
+    try {
+        cordma::builder b = o.make_builder();
+        cordma::group_options go = o.make_options();
+        std::fprintf(stderr, "%s: forming a group from the %s\n", program, go.describe().c_str());
+        cordma::group g = cordma::sync_wait(cordma::group::form(b, go));
+        return cordma::sync_wait(body(g, o));
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: %s\n", program, e.what());
+        return 1;
+    }
+}
 
 }  // namespace examples

@@ -159,20 +159,6 @@ task<int> run(group g, bool quiet) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    examples::group_command_line o;
-    try {
-        o = examples::group_command_line::parse(argc, argv);
-    } catch (const examples::usage_error& e) {
-        std::fprintf(stderr, "collectives: %s\nusage: collectives %s\n", e.what(), examples::group_command_line::usage);
-        return 2;
-    }
-    try {
-        builder b = o.make_builder();
-        group_options go = o.make_options();
-        group g = sync_wait(group::form(b, go));
-        return sync_wait(run(g, o.quiet));
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "collectives: %s\n", e.what());
-        return 1;
-    }
+    return examples::run_group_example("collectives", argc, argv,
+                                       [](group g, examples::group_command_line o) { return run(g, o.quiet); });
 }

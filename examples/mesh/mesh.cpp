@@ -97,21 +97,6 @@ task<int> run(group g, examples::group_command_line o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    examples::group_command_line o;
-    try {
-        o = examples::group_command_line::parse(argc, argv);
-    } catch (const examples::usage_error& e) {
-        std::fprintf(stderr, "mesh: %s\nusage: mesh %s\n", e.what(), examples::group_command_line::usage);
-        return 2;
-    }
-    try {
-        builder b = o.make_builder();
-        group_options go = o.make_options();
-        std::fprintf(stderr, "mesh: forming a group from the %s\n", go.describe().c_str());
-        group g = sync_wait(group::form(b, go));
-        return sync_wait(run(g, o));
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "mesh: %s\n", e.what());
-        return 1;
-    }
+    return examples::run_group_example("mesh", argc, argv,
+                                       [](group g, examples::group_command_line o) { return run(g, o); });
 }

@@ -346,9 +346,10 @@ void peer_link::probe(std::chrono::steady_clock::time_point now, std::chrono::mi
         if (last_heard_ >= ping_sent_)
             ping_outstanding_ = false;  // answered (by the pong or anything else)
         else if (now - ping_sent_ > patience) {
-            // RC retries cannot be relied on to notice (rxe never gives up
-            // on a retry count of 7, and nothing is sent while a rank only
-            // waits), so silence is what tells.
+            // RC retries cannot be relied on to notice (on rxe, sends to a
+            // powered-off host neither completed nor failed for a minute,
+            // with a retry count of 6 or 7; and nothing is sent while a
+            // rank only waits), so silence is what tells.
             connection_lost("no answer to a keepalive for " + std::to_string(patience.count()) +
                             " ms: its host is down, unreachable or stopped");
             return;
