@@ -191,6 +191,7 @@ polling_mode parse_polling(std::string_view text) {
     if (text == "busy") return polling_mode::busy;
     if (text == "event") return polling_mode::event;
     if (text == "adaptive") return polling_mode::adaptive;
+    if (text == "yielding") return polling_mode::yielding;
     throw usage_error("--polling: '" + std::string(text) + "' is not a polling mode (busy, adaptive, event)");
 }
 

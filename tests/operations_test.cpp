@@ -73,7 +73,7 @@ bool same_bytes(const local_slice& a, const local_slice& b) {
 }  // namespace
 
 TEST_CASE("every operation moves real bytes", "[operations]") {
-    fixture f(GENERATE(polling_mode::event, polling_mode::busy, polling_mode::adaptive));
+    fixture f(GENERATE(polling_mode::event, polling_mode::busy, polling_mode::adaptive, polling_mode::yielding));
     INFO("polling mode " << to_string(f.listener->options().mode));
 
     SECTION("send lands in recv, with and without an immediate") {

@@ -90,7 +90,7 @@ void usage(std::FILE* out) {
                  "  -m, --max-size B    largest size in bytes (default 1048576)\n"
                  "  -o, --ops LIST      comma-separated: barrier,bcast,alltoall,allgather,allreduce (default all)\n"
                  "  -d, --device NAME   RDMA device (default: the first with an active port)\n"
-                 "  -p, --polling MODE  event (default, the builder's), busy or adaptive\n"
+                 "  -p, --polling MODE  event (default, the builder's), busy, yielding or adaptive\n"
                  "Sizes: 8, 64, 512, 4096, 32768, 262144 and 1048576 bytes, those within [min-size, max-size].\n"
                  "The group forms from the launcher's environment (PMIx under mpirun; see group_options).\n"
                  "One JSON line per collective and size on rank 0's stdout.\n");
@@ -154,6 +154,7 @@ config parse(int argc, char** argv) {
             auto v = value();
             if (v == "event") cfg.polling = polling_mode::event;
             else if (v == "busy") cfg.polling = polling_mode::busy;
+            else if (v == "yielding") cfg.polling = polling_mode::yielding;
             else if (v == "adaptive") cfg.polling = polling_mode::adaptive;
             else throw usage_error("--polling: '" + std::string(v) + "' is not event, busy or adaptive");
         } else {

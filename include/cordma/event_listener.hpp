@@ -33,6 +33,12 @@ enum class polling_mode {
     busy,
     /// Poll for `spin` after the last completion, then arm and sleep.
     adaptive,
+    /// Poll in a loop like busy, but give the CPU away (sched_yield) after
+    /// every pass that found nothing: for more polling threads than cores
+    /// (several ranks on one host), where pure spinning makes each wait
+    /// for a scheduler time slice. Open MPI does the same when
+    /// oversubscribed (mpi_yield_when_idle).
+    yielding,
 };
 
 CORDMA_API const char* to_string(polling_mode mode) noexcept;

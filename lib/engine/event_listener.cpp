@@ -3,6 +3,7 @@
 #include <liburing.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <rdma/rdma_cma.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@ const char* to_string(polling_mode mode) noexcept {
     case polling_mode::event: return "event";
     case polling_mode::busy: return "busy";
     case polling_mode::adaptive: return "adaptive";
+    case polling_mode::yielding: return "yielding";
     }
     return "unknown";
 }
@@ -364,6 +366,11 @@ void event_listener::run_loop() {
         // (1.7 us per read on an HPET clocksource, as in emulated guests).
         if (options_.mode == polling_mode::busy)
             continue;
+        if (options_.mode == polling_mode::yielding) {
+            if (!active)
+                sched_yield();
+            continue;
+        }
         if (active) {
             idle_since_activity = false;
             continue;
