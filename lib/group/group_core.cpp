@@ -40,12 +40,6 @@ std::string group_core::rank_name(int r) const {
     return "rank " + std::to_string(r) + " (" + endpoint(r) + ")";
 }
 
-void group_core::start_links() {
-    for (auto& l : links_)
-        if (l)
-            l->start();
-}
-
 void group_core::fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers) {
     if (failure_)
         return;

@@ -41,9 +41,14 @@ public:
     /// "rank 2 (10.78.0.3:7600)".
     std::string rank_name(int r) const;
     peer_link& link(int r) const { return *links_.at(static_cast<std::size_t>(r)); }
-    void set_link(int r, std::shared_ptr<peer_link> l) { links_.at(static_cast<std::size_t>(r)) = std::move(l); }
+    /// Takes the link to rank r and starts draining it at once: a rank
+    /// still forming (waiting for others) must already answer the pings of
+    /// ranks that have formed and wait in their first collective.
+    void set_link(int r, std::shared_ptr<peer_link> l) {
+        l->start();
+        links_.at(static_cast<std::size_t>(r)) = std::move(l);
+    }
     bool has_link(int r) const { return links_.at(static_cast<std::size_t>(r)) != nullptr; }
-    void start_links();
 
     /// The group failed: remembers the first reason, wakes every waiting
     /// step, and (tell_peers) sends an abort to every other rank naming

@@ -253,7 +253,6 @@ task<void> form_mesh(std::shared_ptr<group_core> core, listener incoming, clock:
                               why,
                           std::move(missing));
     }
-    core->start_links();
 }
 
 std::string device_ipv4(cordma::builder& b) {
