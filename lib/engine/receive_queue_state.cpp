@@ -121,6 +121,9 @@ bool receive_queue_state::hand_to_waiter(work_slot* slot) noexcept {
     next_operation* op = waiters_head_;
     if (op == nullptr)
         return false;
+    // The waiter may drop the last handle to this queue once resumed;
+    // callers return right after a true, touching nothing more.
+    std::shared_ptr<receive_queue_state> keep = weak_from_this().lock();
     unlink(op);
     op->slot_ = slot;
     op->done_ = true;
@@ -174,6 +177,10 @@ void receive_queue_state::on_broken() noexcept {
 }
 
 void receive_queue_state::fail_waiters() noexcept {
+    // A resumed waiter may drop the last handle to this queue (its
+    // coroutine ends, and with it whatever owned the queue): stay alive
+    // until the loop is done.
+    std::shared_ptr<receive_queue_state> keep = weak_from_this().lock();
     while (next_operation* op = waiters_head_) {
         unlink(op);
         op->error_ = broken_error();
