@@ -13,6 +13,7 @@
 #include "group/bootstrap/group_bootstrap.hpp"
 #include "group/group_core.hpp"
 #include "group/group_formation.hpp"
+#include "group/peer_link.hpp"
 
 namespace cordma {
 
@@ -28,7 +29,7 @@ void check_options(const builder& b, const group_options& o) {
     if (o.eager_size < 64 || o.eager_size > (1u << 20))
         bad("eager_size is " + std::to_string(o.eager_size) + " bytes; it must be 64 B to 1 MiB");
     std::uint32_t depth = b.settings().capacity.max_recv_wr;
-    std::uint32_t most = depth >= 8 ? (depth - 4) / 2 : 0;
+    std::uint32_t most = detail::peer_link::largest_window(depth);
     if (o.window < 2 || o.window > most)
         bad("window is " + std::to_string(o.window) + "; it must be 2 to " + std::to_string(most) +
             " (each link keeps 2 * window + 4 receives posted: raise builder::recv_queue_depth, now " +

@@ -15,7 +15,6 @@
 #include <cordma/error.hpp>
 #include <cordma/receive_queue.hpp>
 #include <cordma/task_group.hpp>
-#include <cordma/when_all.hpp>
 
 #include "group/group_core.hpp"
 #include "group/group_wire.hpp"
@@ -49,14 +48,6 @@ std::uint64_t group_id(const group_core& core) {
     return h;
 }
 
-std::size_t slot_size(const group_options& o) {
-    return wire::header_size + std::max<std::size_t>(o.eager_size, 200);
-}
-
-/// The receives a link keeps posted: a window of data and rts frames,
-/// as many fins, and room for credits and an abort.
-std::size_t receive_count(const group_options& o) { return 2 * std::size_t(o.window) + 4; }
-
 struct hello {
     int from = -1;
     int to = -1;
@@ -89,7 +80,8 @@ struct handshake {
     handshake(std::shared_ptr<group_core> c, cordma::connection cn)
         : core(std::move(c)),
           conn(std::move(cn)),
-          queue(conn, receive_count(core->options()), slot_size(core->options()), core->builder().pool()),
+          queue(conn, peer_link::receive_count(core->options().window), peer_link::frame_size(core->options().eager_size),
+                core->builder().pool()),
           hello_buffer(core->builder().pool()->allocate(wire::header_size)) {}
 
     task<void> send_hello(int to) {
@@ -133,8 +125,8 @@ struct handshake {
     }
 
     std::shared_ptr<peer_link> make_link(const hello& h) {
-        std::size_t slots = 2 * std::size_t(h.window) + 8;
-        local_mr buffer = core->builder().pool()->allocate(slots * slot_size(core->options()));
+        local_mr buffer = core->builder().pool()->allocate(peer_link::slot_count(h.window) *
+                                                           peer_link::frame_size(core->options().eager_size));
         return std::make_shared<peer_link>(core, h.from, core->rank_name(h.from), conn, std::move(queue),
                                            core->options().window, h.window, core->options().eager_size,
                                            std::move(buffer));

@@ -15,11 +15,6 @@ namespace cordma::detail {
 
 namespace wire = group_wire;
 
-namespace {
-// An abort's reason is cut to this, so it fits every slot.
-constexpr std::size_t max_abort_reason = 200;
-}  // namespace
-
 peer_link::peer_link(std::weak_ptr<group_core> core, int rank, std::string name, cordma::connection conn,
                      receive_queue queue, std::uint32_t own_window, std::uint32_t peer_window,
                      std::size_t eager_size, local_mr slots)
@@ -33,7 +28,7 @@ peer_link::peer_link(std::weak_ptr<group_core> core, int rank, std::string name,
       peer_window_(peer_window),
       eager_size_(eager_size),
       slots_(std::move(slots)),
-      slot_size_(wire::header_size + std::max(eager_size, max_abort_reason)),
+      slot_size_(frame_size(eager_size)),
       credits_(waiter_queue<bool>::make(listener_)),
       inbox_(waiter_queue<inbound_frame>::make(listener_)),
       fins_(waiter_queue<wire::header>::make(listener_)),

@@ -58,12 +58,27 @@ struct inbound_frame {
 
 class peer_link : public std::enable_shared_from_this<peer_link> {
 public:
-    /// `queue` already holds this connection's receives (2 * own_window + 4
-    /// of them, header_size + eager_size bytes each); `peer_window` is
-    /// what the peer's hello granted.
+    /// `queue` already holds this connection's receives (receive_count of
+    /// own_window, frame_size bytes each); `slots` holds slot_count of
+    /// peer_window frames; `peer_window` is what the peer's hello granted.
     peer_link(std::weak_ptr<group_core> core, int rank, std::string name, cordma::connection conn,
               receive_queue queue, std::uint32_t own_window, std::uint32_t peer_window, std::size_t eager_size,
               local_mr slots);
+
+    /// The longest reason an abort carries (it must fit every slot).
+    static constexpr std::size_t max_abort_reason = 200;
+    /// Bytes of one frame buffer, a posted receive or a send slot: the
+    /// header and the largest payload (inline data, or an abort's reason).
+    static std::size_t frame_size(std::size_t eager_size) noexcept {
+        return group_wire::header_size + (eager_size > max_abort_reason ? eager_size : max_abort_reason);
+    }
+    /// Receives a link keeps posted for its own `window` (see the top).
+    static std::size_t receive_count(std::uint32_t window) noexcept { return 2 * std::size_t(window) + 4; }
+    /// The largest window whose receives fit a receive queue `depth` deep.
+    static std::uint32_t largest_window(std::uint32_t depth) noexcept { return depth >= 8 ? (depth - 4) / 2 : 0; }
+    /// Send slots for the peer's window: its data and rts frames, as many
+    /// fins, and room for credits, pings and an abort.
+    static std::size_t slot_count(std::uint32_t peer_window) noexcept { return 2 * std::size_t(peer_window) + 8; }
 
     int rank() const noexcept { return rank_; }
     /// "rank 2 (10.78.0.3:7600)", as errors name the peer.
