@@ -362,3 +362,21 @@ TEST_CASE("a group dropped without close closes its connections; the others are 
         CHECK(after[static_cast<std::size_t>(r)].find("rank 2 (" + hosts[2] + ")") != std::string::npos);
     }
 }
+
+TEST_CASE("a group forms over the TCP endpoint exchange too", "[group]") {
+    auto hosts = host_list(3);
+    auto failures = run_ranks(3, [&](int r) {
+        builder b = rank_builder();
+        b.exchange(endpoint_exchange::tcp);
+        group_options o = group_options::from_hosts(hosts, r);
+        o.formation_timeout = 20s;
+        o.operation_timeout = 20s;
+        group g = sync_wait(group::form(b, o));
+        std::vector<std::string> problems;
+        sync_wait(every_collective(g, 16 * 1024, &problems));
+        sync_wait(g.close());
+        if (!problems.empty())
+            throw std::runtime_error(problems.front());
+    });
+    require_none(failures);
+}
