@@ -10,3 +10,10 @@
 #else
 #define CORDMA_API __attribute__((visibility("default")))
 #endif
+
+// cordma's C++ headers need C++20 (coroutines, concepts, std::span); its C
+// API (cordma.h) needs only C11. Said here, once, instead of a wall of
+// errors from the first coroutine.
+#if defined(__cplusplus) && __cplusplus < 202002L
+#error "cordma's C++ headers need C++20: compile with -std=c++20 (g++ 12 defaults to C++17); C programs include <cordma/cordma.h>"
+#endif
