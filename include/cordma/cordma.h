@@ -126,10 +126,11 @@ typedef struct cordma_config {
     int port;
     /** Accept peers (cordma_accept) on `address`:`port`. Default false. */
     bool listen;
-    /** The largest message copied into a posted buffer (bytes, 64 to
-     *  1 MiB); larger ones go zero-copy by RDMA READ. Not a limit on the
-     *  message size. Both ends of a connection must use the same value.
-     *  Default 4096. */
+    /** The largest message this context receives into a posted buffer
+     *  (bytes, 64 to 1 MiB); larger ones go zero-copy by RDMA READ. Not a
+     *  limit on the message size. Each side tells the other its own at
+     *  connect time and sends inline up to the peer's, so the two ends
+     *  may differ. Default 4096. */
     size_t buffer_size;
     /** Messages a peer may have in flight to this context before its sends
      *  wait (2 to 60). Default 16. */
@@ -167,7 +168,7 @@ CORDMA_C_API void cordma_destroy(cordma_context *ctx);
 /** Connects to the context listening at `host`:`port`. Returns the new
  *  peer's number, or -1 (ECONNREFUSED when nothing listened within
  *  connect_timeout_ms, ETIMEDOUT, EHOSTUNREACH, EPROTO for a listener that
- *  is not a cordma C context with the same buffer_size). */
+ *  is not a cordma C context). */
 CORDMA_C_API int cordma_connect(cordma_context *ctx, const char *host, int port);
 
 /** Waits for the next peer to connect (the context must listen) and
@@ -208,9 +209,9 @@ CORDMA_C_API ssize_t cordma_recv(cordma_context *ctx, int peer, void *data, size
  *  collective's, not a message. */
 CORDMA_C_API ssize_t cordma_peek(cordma_context *ctx, int peer);
 
-/** Sends the same message to every connected peer (they take it with
- *  cordma_recv), in peer order. Returns 0, or -1 naming the first peer that
- *  failed; the peers before it have the message. */
+/** Sends the same message to every connected peer at once (they take it
+ *  with cordma_recv). Returns 0, or -1 naming every peer that failed (errno
+ *  of the first); the others have the message. */
 CORDMA_C_API int cordma_broadcast(cordma_context *ctx, const void *data, size_t len);
 
 /** All-to-all with the connected peers: each contributes one `msg_size`

@@ -49,8 +49,6 @@ void check_config(const cordma_config& c) {
     if (c.polling != CORDMA_POLLING_EVENT && c.polling != CORDMA_POLLING_BUSY && c.polling != CORDMA_POLLING_YIELDING)
         bad("polling is " + std::to_string(static_cast<int>(c.polling)) +
             "; it must be CORDMA_POLLING_EVENT, _BUSY or _YIELDING");
-    if (c.listen && c.exchange == CORDMA_EXCHANGE_TCP && c.port == 0)
-        bad("port is 0 with the TCP exchange; give the port to listen on");
 }
 
 /// The name of the RDMA device whose interface has `address` (rdma_cm
