@@ -255,10 +255,12 @@ static cordma_context *create_or_die(const cordma_config *c) {
 /* Connects `client` to the listening `server` (which accepts on a thread),
    checks both sides' numbers and returns the server's number for it. */
 static int join(cordma_context *server, cordma_context *client, int expected_at_server) {
+    /* Asked before the accept starts: calls on a context take turns. */
+    int port = cordma_local_port(server);
     op acc = {.kind = OP_ACCEPT, .ctx = server};
     op_start(&acc);
     int before = cordma_peer_count(client);
-    int at_client = cordma_connect(client, test_addr, cordma_local_port(server));
+    int at_client = cordma_connect(client, test_addr, port);
     CHECK(at_client == before);
     op_wait(&acc);
     CHECK_OP(&acc, acc.ret == expected_at_server);
@@ -1158,10 +1160,11 @@ static void test_connect_errors(void) {
     c.buffer_size = 8192;
     c.connect_timeout_ms = 5000;
     cordma_context *other = create_or_die(&c);
+    port = cordma_local_port(server);
     op acc = {.kind = OP_ACCEPT, .ctx = server};
     op_start(&acc);
     errno = 0;
-    CHECK(cordma_connect(other, test_addr, cordma_local_port(server)) == -1);
+    CHECK(cordma_connect(other, test_addr, port) == -1);
     CHECK(errno == EPROTO);
     CHECK(has(cordma_last_error(), "buffer_size") || has(cordma_last_error(), "8192"));
     op_wait(&acc);
