@@ -23,7 +23,7 @@
 
 namespace cordma::detail {
 
-class group_core : public std::enable_shared_from_this<group_core> {
+class group_core : public link_owner, public std::enable_shared_from_this<group_core> {
 public:
     group_core(cordma::builder b, group_options options, int rank, std::vector<std::string> endpoints);
     /// The last group handle is gone: closes every connection (the links'
@@ -53,9 +53,9 @@ public:
     /// The group failed: remembers the first reason, wakes every waiting
     /// step, and (tell_peers) sends an abort to every other rank naming
     /// `rank_at_fault` (-1: none in particular).
-    void fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers);
-    bool failed() const noexcept { return failure_.has_value(); }
-    [[noreturn]] void throw_failure() const;
+    void fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers) override;
+    bool failed() const noexcept override { return failure_.has_value(); }
+    [[noreturn]] void throw_failure() const override;
 
     /// The collective in progress: its number and the token that stops
     /// when its deadline passes or its caller's stop token is stopped.

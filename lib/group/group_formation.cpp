@@ -28,7 +28,9 @@ using clock = std::chrono::steady_clock;
 namespace {
 
 std::chrono::milliseconds left_until(clock::time_point deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+    // Rounded up: a timer armed for the truncated time fires before the
+    // deadline, and the formation then took its timeout for a refusal.
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now());
     return std::max(left, std::chrono::milliseconds(1));
 }
 
@@ -129,7 +131,7 @@ struct handshake {
                                                            peer_link::frame_size(core->options().eager_size));
         return std::make_shared<peer_link>(core, h.from, core->rank_name(h.from), conn, std::move(queue),
                                            core->options().window, h.window, core->options().eager_size,
-                                           std::move(buffer));
+                                           core->options().eager_size, std::move(buffer));
     }
 };
 
@@ -236,7 +238,7 @@ task<void> form_mesh(std::shared_ptr<group_core> core, listener incoming, clock:
                                                                       : " never connected to this rank");
     }
     if (!missing.empty()) {
-        bool timed_out = clock::now() >= deadline;
+        bool timed_out = deadline_stop.stop_requested() || clock::now() >= deadline;
         throw group_error(timed_out ? std::errc::timed_out : std::errc::connection_refused,
                           "cordma::group::form (" + core->options().describe() + ")" +
                               (timed_out ? " timed out after " + std::to_string(core->options().formation_timeout.count()) +

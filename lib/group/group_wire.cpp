@@ -56,7 +56,7 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     }
     h.type = static_cast<frame>(type);
     auto op = get<std::uint8_t>(p + 3);
-    if (op > 8) {
+    if (op > 9) {
         why = "a frame for unknown collective " + std::to_string(op);
         return std::nullopt;
     }
@@ -90,6 +90,7 @@ const char* name(collective op) noexcept {
     case collective::scatter: return "scatter";
     case collective::reduce: return "reduce";
     case collective::all_reduce: return "all_reduce";
+    case collective::message: return "message";
     }
     return "?";
 }

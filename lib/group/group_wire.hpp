@@ -50,6 +50,8 @@ enum class collective : std::uint8_t {
     scatter = 6,
     reduce = 7,
     all_reduce = 8,
+    /// The C API's point-to-point message (cordma_send).
+    message = 9,
 };
 
 struct header {

@@ -15,9 +15,9 @@ namespace cordma::detail {
 
 namespace wire = group_wire;
 
-peer_link::peer_link(std::weak_ptr<group_core> core, int rank, std::string name, cordma::connection conn,
+peer_link::peer_link(std::weak_ptr<link_owner> core, int rank, std::string name, cordma::connection conn,
                      receive_queue queue, std::uint32_t own_window, std::uint32_t peer_window,
-                     std::size_t eager_size, local_mr slots)
+                     std::size_t eager_size, std::size_t receive_eager, local_mr slots)
     : core_(std::move(core)),
       listener_(conn.event_listener()),
       rank_(rank),
@@ -27,6 +27,7 @@ peer_link::peer_link(std::weak_ptr<group_core> core, int rank, std::string name,
       own_window_(own_window),
       peer_window_(peer_window),
       eager_size_(eager_size),
+      receive_eager_(receive_eager),
       slots_(std::move(slots)),
       slot_size_(frame_size(eager_size)),
       credits_(waiter_queue<bool>::make(listener_)),
@@ -102,11 +103,11 @@ void peer_link::on_frame(wire::header h, received_message m) {
     switch (h.type) {
     case wire::frame::data:
     case wire::frame::rts:
-        if (h.type == wire::frame::data && h.size > eager_size_) {
+        if (h.type == wire::frame::data && h.size > receive_eager_) {
             if (auto core = core_.lock())
                 core->fail(std::errc::protocol_error,
                            name_ + " sent " + std::to_string(h.size) + " bytes inline, over the eager size " +
-                               std::to_string(eager_size_),
+                               std::to_string(receive_eager_),
                            rank_, true);
             return;
         }
@@ -130,7 +131,7 @@ void peer_link::on_frame(wire::header h, received_message m) {
         std::string reason(reinterpret_cast<const char*>(m.data()) + wire::header_size, h.size);
         int at_fault = h.root < 0x10000 ? static_cast<int>(h.root) : rank_;
         if (auto core = core_.lock())
-            core->fail(std::errc::connection_aborted, name_ + " broke the group: " + reason, at_fault, false);
+            core->fail(std::errc::connection_aborted, name_ + " aborted: " + reason, at_fault, false);
         return;
     }
     case wire::frame::hello:
@@ -216,19 +217,14 @@ task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token 
     if (!credit)
         link_gone();
     ++sent_;
+    if (payload.size() <= eager_size_) {
+        post_inline(h, std::span<const std::byte>(payload.data(), payload.size()));
+        co_return;
+    }
     std::size_t slot = take_slot();
     std::byte* at = slots_.data() + slot * slot_size_;
     h.acked = handled_;
     acked_sent_ = handled_;
-    if (payload.size() <= eager_size_) {
-        h.type = wire::frame::data;
-        h.size = payload.size();
-        wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
-        if (payload.size() != 0)
-            std::memcpy(at + wire::header_size, payload.data(), payload.size());
-        post_slot(slot, wire::header_size + payload.size());
-        co_return;
-    }
     h.type = wire::frame::rts;
     h.size = payload.size();
     remote_slice where = payload.remote();
@@ -247,6 +243,31 @@ task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token 
             core->fail(std::errc::protocol_error, why, rank_, true);
         throw_group_failure();
     }
+}
+
+void peer_link::post_inline(wire::header h, std::span<const std::byte> payload) {
+    std::size_t slot = take_slot();
+    std::byte* at = slots_.data() + slot * slot_size_;
+    h.acked = handled_;
+    acked_sent_ = handled_;
+    h.type = wire::frame::data;
+    h.size = payload.size();
+    wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
+    if (!payload.empty())
+        std::memcpy(at + wire::header_size, payload.data(), payload.size());
+    post_slot(slot, wire::header_size + payload.size());
+}
+
+task<void> peer_link::send_inline(wire::header h, std::span<const std::byte> payload, std::stop_token token) {
+    if (payload.size() > eager_size_)
+        throw std::logic_error("cordma: " + name_ + ": an inline frame of " + std::to_string(payload.size()) +
+                               " bytes, over the eager size (internal error)");
+    auto self = shared_from_this();
+    std::optional<bool> credit = co_await credits_->pop(token, "send", name_);
+    if (!credit)
+        link_gone();
+    ++sent_;
+    post_inline(h, payload);
 }
 
 std::string peer_link::describe(const wire::header& h) const {
@@ -276,8 +297,8 @@ task<inbound_frame> peer_link::take(expected_frame e, std::stop_token token) {
     if (!f)
         link_gone();
     const wire::header& h = f->header;
-    if (h.op != e.op || h.seq != e.seq || h.step != e.step || h.root != e.root || h.extra != e.extra ||
-        h.size != e.size) {
+    if (e.op != wire::collective::none && (h.op != e.op || h.seq != e.seq || h.step != e.step || h.root != e.root || h.extra != e.extra ||
+        h.size != e.size)) {
         std::string why = "mismatched collectives: " + name_ + " sent " + describe(h) + ", but this rank called " +
                           describe(e);
         if (auto core = core_.lock()) {
@@ -369,13 +390,22 @@ void peer_link::send_abort(std::uint32_t rank_at_fault, const std::string& why) 
     send_control(h, why.substr(0, max_abort_reason));
 }
 
-task<void> peer_link::drain() {
+task<void> peer_link::drain(std::stop_token token) {
     auto self = shared_from_this();
     if (in_flight_ == 0)
         co_return;
     drain_waiting_ = true;
-    std::optional<bool> idle = co_await idle_->pop({}, "group close", name_);
-    (void)idle;
+    bool cancelled = false;
+    try {
+        std::optional<bool> idle = co_await idle_->pop(token, "close", name_);
+        (void)idle;
+    } catch (const operation_cancelled&) {
+        cancelled = true;
+    }
+    if (cancelled) {
+        drain_waiting_ = false;
+        throw operation_cancelled("close", name_, "frames still in flight");
+    }
 }
 
 void peer_link::close_queues() {

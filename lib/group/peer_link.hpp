@@ -1,7 +1,9 @@
 #pragma once
 /// One rank's link to another in a group: the connection, the receives
 /// the group keeps posted on it (a receive_queue), and the frames of
-/// group_wire.hpp over it, with flow control.
+/// group_wire.hpp over it, with flow control. The C API (lib/c_api) runs
+/// its peers over the same links: a link reports failures to its
+/// link_owner (the group, or one C peer) rather than to a group.
 ///
 /// Flow control: a rank may have at most `window` credit-counted frames
 /// (data, rts) to a peer that the peer has not yet handled; every frame
@@ -22,6 +24,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <system_error>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -37,9 +41,22 @@
 
 namespace cordma::detail {
 
-class group_core;
+/// Who a link reports to when it fails: a group (every rank's collective
+/// fails) or a C API peer (that peer alone). Event listener thread only.
+class link_owner {
+public:
+    virtual ~link_owner() = default;
+    /// The link broke (`why`); remember the first reason, wake every wait,
+    /// and (tell_peers) send aborts naming `rank_at_fault` (-1: nobody).
+    virtual void fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers) = 0;
+    virtual bool failed() const noexcept = 0;
+    /// Throws the error fail() recorded.
+    [[noreturn]] virtual void throw_failure() const = 0;
+};
 
-/// What a collective step expects the peer's next frame to say.
+/// What a collective step expects the peer's next frame to say. With op
+/// `none`, any data or rts frame is taken as it is (the C API checks it
+/// itself, and keeps a frame that does not fit).
 struct expected_frame {
     group_wire::collective op = group_wire::collective::none;
     std::uint32_t seq = 0;
@@ -59,11 +76,14 @@ struct inbound_frame {
 class peer_link : public std::enable_shared_from_this<peer_link> {
 public:
     /// `queue` already holds this connection's receives (receive_count of
-    /// own_window, frame_size bytes each); `slots` holds slot_count of
-    /// peer_window frames; `peer_window` is what the peer's hello granted.
-    peer_link(std::weak_ptr<group_core> core, int rank, std::string name, cordma::connection conn,
+    /// own_window, frame_size(receive_eager) bytes each); `slots` holds
+    /// slot_count of peer_window frames of frame_size(eager_size);
+    /// `peer_window` is what the peer's hello granted. `eager_size` is the
+    /// most this side sends inline (what the peer's receives hold),
+    /// `receive_eager` the most it accepts inline (a group: the same).
+    peer_link(std::weak_ptr<link_owner> owner, int rank, std::string name, cordma::connection conn,
               receive_queue queue, std::uint32_t own_window, std::uint32_t peer_window, std::size_t eager_size,
-              local_mr slots);
+              std::size_t receive_eager, local_mr slots);
 
     /// The longest reason an abort carries (it must fit every slot).
     static constexpr std::size_t max_abort_reason = 200;
@@ -95,6 +115,14 @@ public:
     /// returns once `payload` may be reused (at once when copied; after the
     /// peer's fin otherwise). Waits for room in the window first.
     task<void> send(group_wire::header h, local_slice payload, std::stop_token token);
+    /// The same for a payload of at most eager_size() bytes, copied from
+    /// memory that need not be registered.
+    task<void> send_inline(group_wire::header h, std::span<const std::byte> payload, std::stop_token token);
+    /// Credit-counted frames sent so far (a send that returned early by
+    /// cancellation sent its frame if this moved).
+    std::uint32_t frames_sent() const noexcept { return sent_; }
+    /// Whether the connection is gone (its frames may still be taken).
+    bool lost() const noexcept { return lost_; }
     /// Takes the peer's next data or rts frame, which must match `e`
     /// (group_error naming both sides otherwise), and lands its payload in
     /// `into` (e.size bytes).
@@ -125,8 +153,9 @@ public:
     /// throws the group's error.
     void close_queues();
     /// Waits until every frame posted so far has completed (sent, or
-    /// flushed by a broken connection): before closing.
-    task<void> drain();
+    /// flushed by a broken connection): before closing. Throws
+    /// operation_cancelled if `token` stops first.
+    task<void> drain(std::stop_token token = {});
 
 private:
     struct slot_pool;
@@ -136,6 +165,8 @@ private:
     /// Posts a frame from slot `slot` (header already encoded, `length`
     /// bytes in all) without waiting for its completion; frees the slot then.
     void post_slot(std::size_t slot, std::size_t length);
+    /// Encodes `h` as a data frame with `payload` into a free slot and posts it.
+    void post_inline(group_wire::header h, std::span<const std::byte> payload);
     std::size_t take_slot();
     void send_control(group_wire::header h, const std::string& payload = {});
     [[noreturn]] void throw_group_failure() const;
@@ -148,7 +179,7 @@ private:
     std::string describe(const group_wire::header& h) const;
     std::string describe(const expected_frame& e) const;
 
-    std::weak_ptr<group_core> core_;
+    std::weak_ptr<link_owner> core_;
     std::shared_ptr<event_listener> listener_;
     int rank_;
     std::string name_;
@@ -157,6 +188,7 @@ private:
     std::uint32_t own_window_;
     std::uint32_t peer_window_;
     std::size_t eager_size_;
+    std::size_t receive_eager_;
 
     local_mr slots_;
     std::size_t slot_size_;

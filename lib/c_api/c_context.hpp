@@ -1,0 +1,209 @@
+#pragma once
+/// What a cordma_context is behind the C API (include/cordma/cordma.h):
+/// a builder (device, event listener thread, PD, pool), maybe a listener,
+/// and the peers, each a group peer_link (frames, credits, eager data and
+/// rendezvous reads) owned by a peer_state that fails alone. Every C call
+/// runs as a task on the event listener thread while the calling thread
+/// waits (run_call), under the context's deadline, with keepalives to the
+/// peers while it waits.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <cordma/builder.hpp>
+#include <cordma/cordma.h>
+#include <cordma/listener.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/remote_mr.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+
+#include "group/group_wire.hpp"
+#include "group/peer_link.hpp"
+
+namespace cordma::detail::c_api {
+
+/// A failure the C caller sees as errno `errnum` and a message (the entry
+/// point adds "cordma_call(peer N, address): " in front).
+class c_failure : public std::runtime_error {
+public:
+    c_failure(int errnum, const std::string& what) : std::runtime_error(what), errnum_(errnum) {}
+    int errnum() const noexcept { return errnum_; }
+
+private:
+    int errnum_;
+};
+
+/// One peer of a context: its connection, its link, and whether it is
+/// still usable. Event listener thread, except `usable` (any thread).
+class peer_state : public link_owner, public std::enable_shared_from_this<peer_state> {
+public:
+    peer_state(int index, std::string address) : index(index), address(std::move(address)) {
+        name = "peer " + std::to_string(index) + " (" + this->address + ")";
+    }
+
+    void fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers) override;
+    bool failed() const noexcept override { return failure_.has_value(); }
+    [[noreturn]] void throw_failure() const override;
+
+    /// Throws c_failure unless the peer can carry a call (ENOTCONN).
+    void check_usable() const;
+    /// Fails the peer because a call gave up halfway through an exchange
+    /// with it (a deadline): its frames and ours are out of step now.
+    void fail_out_of_step(const std::string& call);
+
+    const int index;
+    const std::string address;
+    std::string name;  // "peer 1 (10.0.0.3:40512)"
+    cordma::connection conn;
+    std::shared_ptr<peer_link> link;
+    /// A frame taken but not consumed: a message larger than the caller's
+    /// buffer, or a frame another call must take. The next call gets it.
+    std::optional<inbound_frame> held;
+    /// Frames this side sent (their seq), for the peer's error messages.
+    std::uint32_t next_seq = 0;
+    /// Grants taken with cordma_accept_grant, by id.
+    std::map<std::uint64_t, remote_mr> grants;
+    std::atomic<bool> usable{true};
+    bool disconnected = false;
+
+private:
+    std::optional<std::pair<int, std::string>> failure_;  // errno, why
+};
+
+/// The call in progress: its deadline, and the stop token its waits take.
+struct call_state {
+    int timeout_ms = 0;  // 0: none
+    std::stop_source stop;
+    bool timed_out = false;
+    std::chrono::steady_clock::time_point last_tick{};
+    std::shared_ptr<event_listener::timer> deadline;
+    std::shared_ptr<event_listener::timer> tick;
+};
+
+}  // namespace cordma::detail::c_api
+
+struct cordma_context {
+    cordma_config config{};
+    std::string address;  // config.address, owned
+    cordma::builder builder;
+    std::shared_ptr<cordma::event_listener> listener_thread;
+    std::optional<cordma::listener> incoming;
+    int local_port = -1;
+
+    /// One C call at a time (cordma.h, "Threads").
+    std::mutex call_mutex;
+    /// Guards `peers` for the accessors, which do not take call_mutex.
+    mutable std::mutex peers_mutex;
+    std::vector<std::shared_ptr<cordma::detail::c_api::peer_state>> peers;
+    /// Registrations of memory granted with cordma_grant, by address.
+    std::multimap<const void*, cordma::local_mr> granted;
+
+    /// The call in progress (event listener thread).
+    std::shared_ptr<cordma::detail::c_api::call_state> call;
+};
+
+namespace cordma::detail::c_api {
+
+/// How long a cordma_grant lasts unless revoked: a year (the agent's
+/// max_lease is raised to it on a C context's builder).
+inline constexpr std::chrono::milliseconds c_grant_lease{std::chrono::hours(24 * 365)};
+
+/// How often a waiting call checks the peers (keepalives).
+inline constexpr std::chrono::milliseconds tick_interval{500};
+
+/// The stop token of the call in progress (event listener thread).
+std::stop_token call_token(cordma_context& ctx);
+
+/// Starts the call's deadline and keepalives (event listener thread).
+void arm_call(cordma_context& ctx);
+/// Stops them.
+void disarm_call(cordma_context& ctx) noexcept;
+
+/// Runs `body` on the event listener thread as the context's call, under
+/// its deadline, and returns its result; rethrows its failure (a timeout
+/// as c_failure ETIMEDOUT saying what it waited for).
+/// `timeout_ms` -1 takes the context's (cordma_config.timeout_ms).
+template <class T>
+T run_call(cordma_context& ctx, task<T> body, const std::string& waiting_for, int timeout_ms = -1);
+
+/// `ctx`, or c_failure EINVAL for NULL.
+cordma_context& checked_context(cordma_context* ctx);
+/// The peer numbered `peer`, or c_failure EINVAL saying which numbers exist.
+peer_state& peer_at(cordma_context& ctx, int peer);
+/// The same, as a handle a task can keep.
+std::shared_ptr<peer_state> peer_handle(cordma_context& ctx, int peer);
+/// Every peer still usable, in peer order (a snapshot).
+std::vector<std::shared_ptr<peer_state>> connected_peers(cordma_context& ctx);
+
+/// A failed C call: records errno and "call(subject): reason" for
+/// cordma_last_error, from the exception in flight. Never throws.
+void record_failure(const char* call, const std::string& subject, std::exception_ptr error) noexcept;
+
+/// "peer 1, 10.0.0.3:40512" for a message's subject.
+std::string subject_of(const cordma_context& ctx, int peer);
+
+/// Runs a C entry point: its body's result, or `on_error` with the failure
+/// recorded. No exception leaves it.
+template <class R, class F>
+R c_entry(const char* call, const std::string& subject, R on_error, F&& body) noexcept {
+    try {
+        return body();
+    } catch (...) {
+        record_failure(call, subject, std::current_exception());
+        return on_error;
+    }
+}
+
+/// The task wrapper behind run_call: hops to the listener thread, arms the
+/// deadline, runs the body.
+template <class T>
+task<T> on_listener(cordma_context* ctx, task<T> body) {
+    co_await ctx->listener_thread->schedule();
+    arm_call(*ctx);
+    std::exception_ptr error;
+    std::optional<T> result;
+    try {
+        result.emplace(co_await std::move(body));
+    } catch (...) {
+        error = std::current_exception();
+    }
+    disarm_call(*ctx);
+    if (error)
+        std::rethrow_exception(error);
+    co_return std::move(*result);
+}
+
+template <class T>
+T run_call(cordma_context& ctx, task<T> body, const std::string& waiting_for, int timeout_ms) {
+    ctx.call = std::make_shared<call_state>();
+    auto state = ctx.call;
+    state->timeout_ms = timeout_ms >= 0 ? timeout_ms : ctx.config.timeout_ms;
+    try {
+        T result = cordma::sync_wait(on_listener<T>(&ctx, std::move(body)));
+        ctx.call.reset();
+        return result;
+    } catch (const c_failure&) {
+        ctx.call.reset();
+        throw;
+    } catch (...) {
+        ctx.call.reset();
+        if (state->timed_out)
+            throw c_failure(ETIMEDOUT, "timed out after " + std::to_string(state->timeout_ms) +
+                                           " ms (cordma_config.timeout_ms) waiting for " + waiting_for);
+        throw;
+    }
+}
+
+}  // namespace cordma::detail::c_api

@@ -1,0 +1,87 @@
+#pragma once
+/// What every C call moves: one frame to or from one peer over its link,
+/// from or into the caller's own (unregistered) memory. Small payloads are
+/// copied into the link's slots; larger ones are registered for the
+/// transfer and read by the receiver straight from the sender's memory.
+/// A frame that does not fit the call taking it (another kind, a size
+/// over the buffer) is held for the next call: nothing is lost.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <utility>
+#include <vector>
+
+#include <cordma/access.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/protection_domain.hpp>
+#include <cordma/task.hpp>
+
+#include "c_api/c_context.hpp"
+#include "group/group_wire.hpp"
+
+namespace cordma::detail::c_api {
+
+/// A caller's buffer, registered when a transfer first needs it: the
+/// whole buffer (collectives, which use many slices of it) or just the
+/// range a message needs (send and recv).
+class user_buffer {
+public:
+    user_buffer(std::shared_ptr<protection_domain> pd, const void* data, std::size_t size, access_flags access,
+                bool register_whole)
+        : pd_(std::move(pd)), data_(static_cast<std::byte*>(const_cast<void*>(data))), size_(size),
+          access_(access), whole_(register_whole) {}
+
+    std::byte* data() const noexcept { return data_; }
+    std::size_t size() const noexcept { return size_; }
+    /// [offset, offset + length) as registered memory.
+    local_slice registered(std::size_t offset, std::size_t length);
+
+private:
+    std::shared_ptr<protection_domain> pd_;
+    std::byte* data_;
+    std::size_t size_;
+    access_flags access_;
+    bool whole_;
+    std::vector<local_mr> registrations_;
+};
+
+/// What a frame is for: the operation and its round (`extra`).
+struct frame_kind {
+    group_wire::collective op = group_wire::collective::message;
+    std::uint32_t extra = 0;
+};
+
+/// "a message (cordma_send)", "its cordma_alltoall", ...
+std::string describe_kind(frame_kind kind);
+
+/// Sends buf[offset, offset + length) to `p` as a frame of `kind`. A
+/// deadline that stops it after the frame left fails the peer (out of step).
+task<void> send_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffer* buf, std::size_t offset,
+                      std::size_t length, std::stop_token token, const char* call);
+
+/// Takes `p`'s next frame, which must be of `kind`, into buf[offset, ...):
+/// at most `max_len` bytes, or exactly `max_len` if `exact`. Returns its
+/// size. A frame of another kind (EPROTO) or too large (EMSGSIZE, or
+/// EPROTO if `exact`) is held for the next call.
+task<std::size_t> take_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffer* buf, std::size_t offset,
+                             std::size_t max_len, bool exact, std::stop_token token, const char* call);
+
+/// `p`'s next frame's kind and size, without taking it (it is held).
+task<std::pair<frame_kind, std::size_t>> peek_frame(std::shared_ptr<peer_state> p, std::stop_token token);
+
+/// errno and message for a failure.
+std::pair<int, std::string> classify(std::exception_ptr error) noexcept;
+
+/// Runs `work(peer)` for every peer, all at once (concurrently) or one
+/// after another, and collects the failures; then throws one c_failure
+/// naming every peer that failed (errno of the first), or rethrows a
+/// cancellation (the call's deadline) as it is.
+task<void> for_each_peer(std::vector<std::shared_ptr<peer_state>> peers, bool concurrently,
+                         std::function<task<void>(std::shared_ptr<peer_state>)> work);
+
+}  // namespace cordma::detail::c_api
