@@ -14,18 +14,17 @@ set -euo pipefail
 build=${1:-build}
 addr=${CORDMA_TEST_ADDR:-${RXE_VM_ADDR:-}}
 [ -n "$addr" ] || { echo "run.sh: no RDMA address: run it inside tools/rxe-vm, or set CORDMA_TEST_ADDR" >&2; exit 1; }
+# (Internal) the "client" of server-then-client below: the three clients
+# at once, failing if any fails.
+if [ "$build" = --clients ]; then
+  exe=$2 address=$3 pids=() rc=0
+  for id in 1 2 3; do "$exe" client "$address" "$id" & pids+=($!); done
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  exit $rc
+fi
 exe=$build/examples/star
 [ -x "$exe" ] || { echo "run.sh: $exe is not built (meson compile -C $build; the examples need -Dexamples=enabled or auto)" >&2; exit 1; }
 
-# The "client" of server-then-client: the three clients at once, failing if
-# any fails. ($0 is the star program, $1 the address the server printed.)
-# shellcheck disable=SC2016 # expanded by that sh, not here
-clients='pids=""
-for id in 1 2 3; do "$0" client "$1" "$id" & pids="$pids $!"; done
-rc=0
-for pid in $pids; do wait "$pid" || rc=1; done
-exit $rc'
-
 exec "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/server-then-client" --name run.sh \
   --ready-within 30 --client-within 120 --exit-within 30 \
-  -- "$exe" server "$addr:0" 3 -- sh -c "$clients" "$exe" "{address}"
+  -- "$exe" server "$addr:0" 3 -- "${BASH_SOURCE[0]}" --clients "$exe" "{address}"

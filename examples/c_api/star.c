@@ -159,7 +159,6 @@ static int server(const char *host, int port, int clients) {
     }
     /* run.sh starts the clients when it sees this line. */
     printf("server: listening on %s:%d\n", host, cordma_local_port(ctx));
-    fflush(stdout);
 
     /* 0: accept the clients (peers 0 .. N-1) and learn their IDs. */
     int ids[MAX_CLIENTS];
@@ -210,6 +209,7 @@ static int client(const char *host, int port, int id) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines as they come, through a pipe too */
     char host[256];
     int port, n;
     if (argc == 4 && parse_address(argv[2], host, sizeof host, &port)) {
