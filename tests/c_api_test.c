@@ -546,6 +546,70 @@ static void test_messages(star *s) {
     }
 }
 
+/* Two threads send on one context at once (its calls take turns): 20
+   messages each, some copied, some zero-copy; every one arrives intact,
+   each thread's in its order. Byte 0 of a message is its tag: 1 + 20 *
+   thread + sequence. */
+typedef struct sender_arg {
+    cordma_context *ctx;
+    int thread;
+    int failed;
+} sender_arg;
+
+static void *sender(void *p) {
+    sender_arg *a = p;
+    uint8_t *buf = xmalloc(6000);
+    for (int seq = 0; seq < 20; ++seq) {
+        unsigned tag = 1 + 20 * (unsigned)a->thread + (unsigned)seq;
+        size_t len = seq % 4 == 3 ? 6000 : 100 + (size_t)seq;
+        fill(buf, len, tag);
+        if (cordma_send(a->ctx, 0, buf, len) != 0) {
+            fprintf(stderr, "  sender %d, message %d: %s\n", a->thread, seq, cordma_last_error());
+            a->failed++;
+            break;
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+static void test_shared_context(star *s) {
+    sender_arg args[2] = {{s->c1, 0, 0}, {s->c1, 1, 0}};
+    pthread_t threads[2];
+    for (int i = 0; i < 2; ++i)
+        REQUIRE(pthread_create(&threads[i], NULL, sender, &args[i]) == 0);
+    uint8_t *in = xmalloc(6000);
+    int next[2] = {0, 0};
+    bool ok = true;
+    for (int m = 0; m < 40 && ok; ++m) {
+        ssize_t got = cordma_recv(s->server, 0, in, 6000);
+        CHECK(got > 0);
+        if (got <= 0)
+            break;
+        unsigned tag = in[0];
+        int thread = (int)(tag - 1) / 20, seq = (int)(tag - 1) % 20;
+        ok = tag >= 1 && tag <= 40 && seq == next[thread] && got == (seq % 4 == 3 ? 6000 : 100 + seq) &&
+             pattern_ok("message from a shared context", in, (size_t)got, tag);
+        if (!ok)
+            fprintf(stderr, "  message %d: tag %u (thread %d, sequence %d, %zd bytes), expected sequence %d\n", m,
+                    tag, thread, seq, got, tag >= 1 && tag <= 40 ? next[thread] : -1);
+        CHECK(ok);
+        if (ok)
+            next[thread]++;
+    }
+    for (int i = 0; i < 2; ++i) {
+        pthread_join(threads[i], NULL);
+        CHECK(args[i].failed == 0);
+    }
+    CHECK(next[0] == 20 && next[1] == 20);
+
+    /* A zero-length message peeks as 0. */
+    CHECK(cordma_send(s->c1, 0, NULL, 0) == 0);
+    CHECK(cordma_peek(s->server, 0) == 0);
+    CHECK(cordma_recv(s->server, 0, in, 0) == 0);
+    free(in);
+}
+
 /* A receive buffer too small loses nothing; peek tells the size. */
 static void test_msgsize_and_peek(star *s) {
     uint8_t small[1234], big[20000];
@@ -1346,6 +1410,40 @@ static void test_peer_gone(star *s) {
     s->c1 = s->server = NULL;
 }
 
+/* Sends that wait on the receiver (for room in its window, or for it to
+   read a large message) fail promptly when it goes away. */
+static void test_blocked_sends(void) {
+    cordma_config l = test_config(true), c = test_config(false);
+    l.window = 2; /* the receiver's window: b may have 2 messages in flight to a */
+    for (int large = 0; large < 2; ++large) {
+        pair p = make_pair(&l, &c);
+        uint8_t *msg = xmalloc(1 << 20);
+        fill(msg, 1 << 20, 11);
+        int queued = 0;
+        if (!large) { /* fill the window */
+            for (; queued < 2; ++queued)
+                CHECK(cordma_send(p.b, 0, msg, 10) == 0);
+        }
+        op snd = {.kind = OP_SEND, .ctx = p.b, .peer = 0, .src = msg, .len = large ? (size_t)1 << 20 : 10};
+        op_start(&snd);
+        pause_ms(300); /* it waits: a never receives */
+        double t0 = now();
+        cordma_destroy(p.a);
+        op_wait(&snd);
+        double took = now() - t0;
+        CHECK_OP(&snd, snd.ret == -1);
+        CHECK_OP(&snd, gone_errno(snd.err));
+        CHECK_OP(&snd, has(snd.msg, "cordma_send"));
+        CHECK_OP(&snd, has(snd.msg, "peer 0"));
+        CHECK(took < 5);
+        CHECK(cordma_peer_connected(p.b, 0) == 0);
+        fprintf(stderr, "  (%s send failed %.3f s after its receiver went: \"%s\")\n", large ? "a 1 MiB" : "a windowed",
+                took, snd.msg);
+        cordma_destroy(p.b);
+        free(msg);
+    }
+}
+
 /* A context destroyed with messages still unread, grants outstanding and
    peers connected frees everything too. */
 static void test_destroy_busy(void) {
@@ -1420,6 +1518,7 @@ int main(void) {
         {"connect", test_connect},
         {"messages", test_messages},
         {"EMSGSIZE and peek", test_msgsize_and_peek},
+        {"shared context", test_shared_context},
         {"bad arguments", test_bad_arguments},
         {"broadcast", test_broadcast},
         {"alltoall", test_alltoall},
@@ -1448,6 +1547,7 @@ int main(void) {
         {"timeouts", test_timeouts},
         {"tcp, small window", test_tcp_small_window},
         {"connect errors", test_connect_errors},
+        {"blocked sends", test_blocked_sends},
         {"destroy busy", test_destroy_busy},
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; ++i)
