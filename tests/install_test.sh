@@ -9,7 +9,13 @@
 #   g++ -std=c++20 consumer.cpp $(pkg-config --cflags --libs cordma)
 # against that install alone (its cordma.pc with prefix= moved into DESTDIR), runs it
 # with LD_LIBRARY_PATH on the installed lib dir, and checks it used the
-# installed library.  No RDMA device needed.
+# installed library.  The C API gets the same: tests/install/consumer.c is
+# compiled with
+#   gcc -std=c11 -Wall -Werror consumer.c $(pkg-config --cflags --libs cordma)
+# (cordma.pc must suit a C compiler: no C++ flag, so the C++ line above
+# passes -std=c++20 itself) and run, and tests/install/rdma_lib_consumer.c,
+# which includes "rdma_lib.h" as rdma_lib programs do, is compiled and
+# linked with the same line less -Werror.  No RDMA device needed.
 #
 # Usage: tests/install_test.sh BUILD-DIR SOURCE-DIR
 #   (registered in tests/meson.build as the `install` test of the unit suite)
@@ -22,8 +28,12 @@ step() { echo "install_test: $*"; }
 build=$(cd "$1" && pwd) || fail "build directory '$1' does not exist"
 src=$(cd "$2" && pwd) || fail "source directory '$2' does not exist"
 consumer=$src/tests/install/consumer.cpp
-[ -f "$consumer" ] || fail "$consumer is missing"
-for tool in meson pkg-config g++; do
+c_consumer=$src/tests/install/consumer.c
+rdma_lib_consumer=$src/tests/install/rdma_lib_consumer.c
+for f in "$consumer" "$c_consumer" "$rdma_lib_consumer"; do
+  [ -f "$f" ] || fail "$f is missing"
+done
+for tool in meson pkg-config g++ gcc; do
   command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed (run tools/install-deps)"
 done
 
@@ -47,7 +57,7 @@ libdir=$(dirname "$lib")
 [ -e "$libdir/libcordma.so" ] || fail "the development symlink $libdir/libcordma.so was not installed"
 incdir=$(find "$dest" -type d -name cordma -path '*/include/cordma' | head -n 1)
 [ -n "$incdir" ] || fail "no include/cordma directory was installed"
-for h in "$src"/include/cordma/*.hpp "$src"/include/cordma/*/*.hpp; do
+for h in "$src"/include/cordma/*.hpp "$src"/include/cordma/*/*.hpp "$src"/include/cordma/*.h "$src"/include/cordma/*/*.h; do
   [ -e "$h" ] || continue
   rel=${h#"$src"/include/cordma/}
   [ -f "$incdir/$rel" ] || fail "header cordma/$rel was not installed (expected $incdir/$rel)"
@@ -77,7 +87,22 @@ while IFS= read -r h; do
     fail "the installed header <cordma/$rel> does not compile on its own (output above)"
   fi
 done <<< "$(find "$incdir" -name '*.hpp' | sort)"
-step "every installed header compiles on its own"
+# The C headers (cordma.h, rdma_lib.h and its compat copy) compile on their
+# own as strict C11, and as C++20 (they say extern "C" for C++ callers).
+while IFS= read -r h; do
+  rel=${h#"$incdir"/}
+  printf '#include <cordma/%s>\n#include <cordma/%s>\nint main(void) { return 0; }\n' "$rel" "$rel" > "$tmp/self.c"
+  if ! gcc -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I "$(dirname "$incdir")" "$tmp/self.c" >"$tmp/self.log" 2>&1; then
+    cat "$tmp/self.log" >&2
+    fail "the installed C header <cordma/$rel> does not compile on its own as C11 (output above)"
+  fi
+  cp "$tmp/self.c" "$tmp/self_c.cpp"
+  if ! g++ -std=c++20 -Wall -Wextra -Werror -fsyntax-only -I "$(dirname "$incdir")" "$tmp/self_c.cpp" >"$tmp/self.log" 2>&1; then
+    cat "$tmp/self.log" >&2
+    fail "the installed C header <cordma/$rel> does not compile on its own as C++20 (output above)"
+  fi
+done <<< "$(find "$incdir" -name '*.h' | sort)"
+step "every installed header compiles on its own (C headers as C11 and C++20)"
 
 # 2c. The library exports cordma's public API only: no Asio, and of
 # cordma::detail only what the public templates call.
@@ -86,7 +111,14 @@ asio=$(grep -c 'asio::' <<<"$exports" || true)
 [ "$asio" -eq 0 ] || { grep 'asio::' <<<"$exports" | head -5 >&2; fail "libcordma.so exports $asio Asio symbols (first above)"; }
 detail=$(grep -c 'cordma::detail::' <<<"$exports" || true)
 [ "$detail" -le 16 ] || { grep 'cordma::detail::' <<<"$exports" >&2; fail "libcordma.so exports $detail cordma::detail symbols (above); only what public templates need may be"; }
-step "exports: $(wc -l <<<"$exports") symbols, 0 from Asio, $detail from cordma::detail"
+# Every function cordma.h declares is exported, unmangled, for C callers.
+c_functions=$(sed -n 's/^CORDMA_C_API .*[ *]\(cordma_[a-z0-9_]*\)(.*/\1/p' "$incdir/cordma.h" "$incdir/rdma_lib.h")
+[ -n "$c_functions" ] || fail "found no CORDMA_C_API function in the installed cordma.h"
+c_exports=$(nm -D --defined-only "$lib" | awk '$2 == "T" { print $3 }')
+for f in $c_functions; do
+  grep -qx "$f" <<<"$c_exports" || fail "libcordma.so does not export $f, which cordma.h or rdma_lib.h declares"
+done
+step "exports: $(wc -l <<<"$exports") symbols, 0 from Asio, $detail from cordma::detail, all $(wc -w <<<"$c_functions") C API functions"
 
 # 3. pkg-config reads the installed cordma.pc.  Its paths all hang off
 # ${prefix}, which is where a real install would put them; only that one line
@@ -122,4 +154,22 @@ case "$used" in
 esac
 out=$("$tmp/consumer" 2>&1) || { echo "$out" >&2; fail "the consumer program failed (output above)"; }
 step "$out"
+
+# 6. A C program: the same install, through gcc in C11, warnings as errors.
+# shellcheck disable=SC2086 # $flags is a list of flags
+if ! gcc -std=c11 -Wall -Werror -o "$tmp/c_consumer" "$c_consumer" $flags >"$tmp/cc.log" 2>&1; then
+  cat "$tmp/cc.log" >&2
+  fail "compiling tests/install/consumer.c with gcc -std=c11 -Wall -Werror against the installed cordma failed (output above)"
+fi
+out=$("$tmp/c_consumer" 2>&1) || { echo "$out" >&2; fail "the C consumer program failed (output above)"; }
+step "$out"
+
+# 7. An rdma_lib program's #include "rdma_lib.h" resolves through cordma.pc,
+# and its calls link (compiled and linked only: running it needs a peer).
+# shellcheck disable=SC2086 # $flags is a list of flags
+if ! gcc -std=c11 -Wall -o "$tmp/rdma_lib_consumer" "$rdma_lib_consumer" $flags >"$tmp/cc.log" 2>&1; then
+  cat "$tmp/cc.log" >&2
+  fail "compiling tests/install/rdma_lib_consumer.c (#include \"rdma_lib.h\") against the installed cordma failed (output above)"
+fi
+step "tests/install/rdma_lib_consumer.c compiled and linked"
 step "OK"
