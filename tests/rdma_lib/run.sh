@@ -52,22 +52,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# 1. cordma installed into a DESTDIR; its cordma.pc moved there (only the
-# prefix= line, as in tests/install_test.sh).
+# 1. cordma installed into a DESTDIR, found through its cordma.pc.
+# shellcheck source=tests/support/installed_cordma.sh
+. "$src/tests/support/installed_cordma.sh"
+installed_cordma "$build" "$tmp" || fail "could not install cordma (see above)"
 dest=$tmp/dest
-if ! meson install -C "$build" --no-rebuild --quiet --destdir "$dest" >"$tmp/install.log" 2>&1; then
-  cat "$tmp/install.log" >&2
-  fail "meson install failed (output above)"
-fi
-pc=$(find "$dest" -name cordma.pc -path '*/pkgconfig/*' | head -n 1)
-[ -n "$pc" ] || fail "cordma.pc was not installed"
-lib=$(find "$dest" -name 'libcordma.so.*' \( -type f -o -type l \) | head -n 1)
-[ -n "$lib" ] || fail "libcordma.so.* was not installed"
-mkdir -p "$tmp/pkgconfig"
-sed "s|^prefix=|prefix=$dest|" "$pc" > "$tmp/pkgconfig/cordma.pc"
-export PKG_CONFIG_PATH=$tmp/pkgconfig
-libdir=$(dirname "$lib")
-export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 # 2. The documented programs with this host's address, compiled each in its
 # own folder exactly as documented (to a.out).
