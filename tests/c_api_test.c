@@ -17,7 +17,10 @@
  * The address: RXE_VM_ADDR inside tools/rxe-vm, CORDMA_TEST_ADDR on a host
  * with an RDMA device. Without either it fails, never skips.
  * CORDMA_C_API_ONLY=TEXT runs only the sections whose name has TEXT, e.g.
- *   tools/rxe-vm -t 120 -- sh -c 'CORDMA_C_API_ONLY=grants ./build/tests/c_api_test'
+ *   tools/rxe-vm -t 120 -- sh -c 'cd build && CORDMA_C_API_ONLY=grants meson test c_api'
+ * (meson test c_api builds it against the installed cordma with pkg-config:
+ * tests/c_api_installed.sh). Run as `c_api_test --child PORT` it is the peer
+ * process of "killed process".
  */
 #define _GNU_SOURCE
 #include <cordma/cordma.h>
@@ -27,6 +30,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,7 +39,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 /* ---- checks ------------------------------------------------------------ */
 
@@ -1376,6 +1384,53 @@ static void test_peer_gone(star *s) {
 
 /* Sends that wait on the receiver (for room in its window, or for it to
    read a large message) fail promptly when it goes away. */
+/* The peer of "killed process": connects, sends one message, and is killed
+   (SIGKILL: no cordma code runs after it). */
+static int killed_child(const char *port) {
+    cordma_config c = test_config(false);
+    cordma_context *ctx = cordma_create(&c);
+    if (!ctx || cordma_connect(ctx, test_addr, atoi(port)) != 0 || cordma_send(ctx, 0, "alive", 6) != 0) {
+        fprintf(stderr, "c_api_test --child: %s\n", cordma_last_error());
+        return 2;
+    }
+    raise(SIGKILL);
+    return 3;
+}
+
+/* A peer process killed while this side waits for its next message: the
+   wait fails promptly, naming the peer, and the context goes on serving. */
+static void test_killed_process(void) {
+    cordma_config l = test_config(true);
+    cordma_context *server = create_or_die(&l);
+    char port[16];
+    snprintf(port, sizeof port, "%d", cordma_local_port(server));
+    char *argv[] = {"/proc/self/exe", "--child", port, NULL};
+    pid_t pid = -1;
+    REQUIRE(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, environ) == 0);
+    CHECK(cordma_accept(server) == 0);
+    char buf[16] = {0};
+    CHECK(cordma_recv(server, 0, buf, sizeof buf) == 6);
+    CHECK(strcmp(buf, "alive") == 0);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    double t0 = now();
+    errno = 0;
+    CHECK(cordma_recv(server, 0, buf, sizeof buf) == -1);
+    int err = errno;
+    CHECK(now() - t0 < 5);
+    CHECK(gone_errno(err));
+    CHECK(has(cordma_last_error(), "peer 0"));
+    CHECK(cordma_peer_connected(server, 0) == 0);
+    /* Still serving: another peer connects and talks. */
+    cordma_config c = test_config(false);
+    cordma_context *next = create_or_die(&c);
+    CHECK(join(server, next, 1) == 1);
+    transfer(next, 0, server, 1, 5000, 9);
+    cordma_destroy(next);
+    cordma_destroy(server);
+}
+
 static void test_blocked_sends(void) {
     cordma_config l = test_config(true), c = test_config(false);
     l.window = 2; /* the receiver's window: b may have 2 messages in flight to a */
@@ -1442,7 +1497,7 @@ static void section_done(const char *name, double started) {
     printf("c_api_test: %-20s %6.2f s, %d checks so far\n", name, now() - started, atomic_load(&checks_passed));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     test_addr = getenv("CORDMA_TEST_ADDR");
     if (!test_addr || !*test_addr)
@@ -1452,6 +1507,8 @@ int main(void) {
                         "CORDMA_TEST_ADDR to an address of a host RDMA device\n");
         return 1;
     }
+    if (argc == 3 && strcmp(argv[1], "--child") == 0)
+        return killed_child(argv[2]);
     printf("c_api_test: contexts on %s\n", test_addr);
 
     /* CORDMA_C_API_ONLY=TEXT runs only the sections whose name has TEXT
@@ -1513,6 +1570,7 @@ int main(void) {
         {"connect errors", test_connect_errors},
         {"blocked sends", test_blocked_sends},
         {"destroy busy", test_destroy_busy},
+        {"killed process", test_killed_process},
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; ++i)
         if (wanted(only, more[i].name)) {
