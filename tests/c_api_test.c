@@ -1497,6 +1497,21 @@ static void section_done(const char *name, double started) {
     printf("c_api_test: %-20s %6.2f s, %d checks so far\n", name, now() - started, atomic_load(&checks_passed));
 }
 
+/* Sections that stand alone: each runs if CORDMA_C_API_ONLY wants it. */
+typedef struct {
+    const char *name;
+    void (*run)(void);
+} section;
+
+static void run_sections(const char *only, const section *sections, size_t count) {
+    for (size_t i = 0; i < count; ++i)
+        if (wanted(only, sections[i].name)) {
+            double t0 = now();
+            sections[i].run();
+            section_done(sections[i].name, t0);
+        }
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     test_addr = getenv("CORDMA_TEST_ADDR");
@@ -1515,21 +1530,13 @@ int main(int argc, char **argv) {
        (the star's "connect" and "peer gone", which set it up and take it
        down, run whenever one of its sections does). */
     const char *only = getenv("CORDMA_C_API_ONLY");
-    struct {
-        const char *name;
-        void (*run)(void);
-    } alone[] = {
+    const section alone[] = {
         {"config defaults", test_config_defaults},
         {"create", test_create},
         {"errors per thread", test_errors_per_thread},
         {"NULL context", test_null_context},
     };
-    for (size_t i = 0; i < sizeof alone / sizeof alone[0]; ++i)
-        if (wanted(only, alone[i].name)) {
-            double t0 = now();
-            alone[i].run();
-            section_done(alone[i].name, t0);
-        }
+    run_sections(only, alone, sizeof alone / sizeof alone[0]);
 
     star s = {0};
     struct {
@@ -1560,10 +1567,7 @@ int main(int argc, char **argv) {
             section_done(in_star[i].name, t0);
         }
 
-    struct {
-        const char *name;
-        void (*run)(void);
-    } more[] = {
+    const section more[] = {
         {"mismatch", test_mismatch},
         {"timeouts", test_timeouts},
         {"tcp, small window", test_tcp_small_window},
@@ -1572,11 +1576,6 @@ int main(int argc, char **argv) {
         {"destroy busy", test_destroy_busy},
         {"killed process", test_killed_process},
     };
-    for (size_t i = 0; i < sizeof more / sizeof more[0]; ++i)
-        if (wanted(only, more[i].name)) {
-            double t0 = now();
-            more[i].run();
-            section_done(more[i].name, t0);
-        }
+    run_sections(only, more, sizeof more / sizeof more[0]);
     return summary();
 }

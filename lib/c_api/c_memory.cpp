@@ -150,6 +150,25 @@ cordma::task<int> release_task(std::shared_ptr<peer_state> p, std::uint64_t id) 
     co_return 0;
 }
 
+/// cordma_write and cordma_read: the arguments and the grant checked, then
+/// the transfer `make` builds, run as the context's call.
+template <class Make>
+int one_sided(const char* call, cordma_context* ctx, const cordma_remote* remote, std::uint64_t offset,
+              std::size_t len, const void* buffer, const char* buffer_name, unsigned need, Make make) noexcept {
+    return c_entry<int>(call, ctx && remote ? subject_of(*ctx, remote->peer) : "", -1, [&] {
+        auto& c = checked_context(ctx);
+        if (buffer == nullptr && len != 0)
+            throw c_failure(EINVAL, std::string(buffer_name) + " is NULL");
+        std::lock_guard lock(c.call_mutex);
+        std::shared_ptr<peer_state> p;
+        cordma::remote_mr& region = grant_of(c, remote, offset, len, need, p);
+        if (len == 0)
+            return 0;
+        return run_call(c, make(c, p, region.slice(offset, len)),
+                        need == CORDMA_ACCESS_WRITE ? "the write to complete" : "the read to complete");
+    });
+}
+
 }  // namespace
 
 extern "C" {
@@ -192,31 +211,17 @@ int cordma_accept_grant(cordma_context* ctx, int peer, cordma_remote* remote) {
 }
 
 int cordma_write(cordma_context* ctx, const cordma_remote* remote, uint64_t offset, const void* src, size_t len) {
-    return c_entry<int>("cordma_write", ctx && remote ? subject_of(*ctx, remote->peer) : "", -1, [&] {
-        auto& c = checked_context(ctx);
-        if (src == nullptr && len != 0)
-            throw c_failure(EINVAL, "src is NULL");
-        std::lock_guard lock(c.call_mutex);
-        std::shared_ptr<peer_state> p;
-        cordma::remote_mr& region = grant_of(c, remote, offset, len, CORDMA_ACCESS_WRITE, p);
-        if (len == 0)
-            return 0;
-        return run_call(c, write_task(&c, p, region.slice(offset, len), src, len), "the write to complete");
-    });
+    return one_sided("cordma_write", ctx, remote, offset, len, src, "src", CORDMA_ACCESS_WRITE,
+                     [&](cordma_context& c, std::shared_ptr<peer_state> p, cordma::remote_slice target) {
+                         return write_task(&c, std::move(p), target, src, len);
+                     });
 }
 
 int cordma_read(cordma_context* ctx, const cordma_remote* remote, uint64_t offset, void* dst, size_t len) {
-    return c_entry<int>("cordma_read", ctx && remote ? subject_of(*ctx, remote->peer) : "", -1, [&] {
-        auto& c = checked_context(ctx);
-        if (dst == nullptr && len != 0)
-            throw c_failure(EINVAL, "dst is NULL");
-        std::lock_guard lock(c.call_mutex);
-        std::shared_ptr<peer_state> p;
-        cordma::remote_mr& region = grant_of(c, remote, offset, len, CORDMA_ACCESS_READ, p);
-        if (len == 0)
-            return 0;
-        return run_call(c, read_task(&c, p, region.slice(offset, len), dst, len), "the read to complete");
-    });
+    return one_sided("cordma_read", ctx, remote, offset, len, dst, "dst", CORDMA_ACCESS_READ,
+                     [&](cordma_context& c, std::shared_ptr<peer_state> p, cordma::remote_slice source) {
+                         return read_task(&c, std::move(p), source, dst, len);
+                     });
 }
 
 int cordma_release(cordma_context* ctx, cordma_remote* remote) {
