@@ -364,6 +364,9 @@ static void test_create(void) {
     c = test_config(true);
     c.port = 70000;
     create_fails(&c, "port");
+    c = test_config(false);
+    c.port = 5555; /* a port that would do nothing without listen */
+    create_fails(&c, "listen is false");
 
     /* An address no interface here has (TEST-NET-1, never routed). */
     c = test_config(true);

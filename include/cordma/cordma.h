@@ -122,7 +122,8 @@ typedef struct cordma_config {
      *  "" for the first device with an active port. Default NULL. */
     const char *address;
     /** With `listen`: the port to accept peers on (0: any free one, see
-     *  cordma_local_port). Default 0. */
+     *  cordma_local_port). A context that does not listen has no port of
+     *  its own: anything but 0 is refused. Default 0. */
     int port;
     /** Accept peers (cordma_accept) on `address`:`port`. Default false. */
     bool listen;

@@ -43,6 +43,10 @@ void check_config(const cordma_config& c) {
         bad("peer_timeout_ms is " + std::to_string(c.peer_timeout_ms) + "; it must be at least 1000");
     if (c.port < 0 || c.port > 65535)
         bad("port is " + std::to_string(c.port) + "; it must be 0 to 65535");
+    if (!c.listen && c.port != 0)
+        bad("port is " + std::to_string(c.port) +
+            " but listen is false: only a listening context has a port of its own (cordma_connect takes the "
+            "peer's); set listen = true, or leave port 0");
     if (c.exchange != CORDMA_EXCHANGE_RDMA_CM && c.exchange != CORDMA_EXCHANGE_TCP)
         bad("exchange is " + std::to_string(static_cast<int>(c.exchange)) +
             "; it must be CORDMA_EXCHANGE_RDMA_CM or CORDMA_EXCHANGE_TCP");
