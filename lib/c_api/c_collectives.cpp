@@ -12,7 +12,7 @@
 #include "c_api/c_frames.hpp"
 
 using namespace cordma::detail::c_api;
-namespace wire = cordma::detail::group_wire;
+namespace wire = cordma::detail::link_wire;
 
 namespace {
 

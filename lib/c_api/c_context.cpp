@@ -18,7 +18,7 @@
 
 namespace cordma::detail::c_api {
 
-namespace wire = group_wire;
+namespace wire = link_wire;
 using clock = std::chrono::steady_clock;
 
 namespace {

@@ -29,8 +29,8 @@
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 
-#include "group/group_wire.hpp"
-#include "group/peer_link.hpp"
+#include "link/link_wire.hpp"
+#include "link/peer_link.hpp"
 
 namespace cordma::detail::c_api {
 

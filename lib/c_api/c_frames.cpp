@@ -11,7 +11,7 @@
 
 namespace cordma::detail::c_api {
 
-namespace wire = group_wire;
+namespace wire = link_wire;
 
 local_slice user_buffer::registered(std::size_t offset, std::size_t length) {
     if (whole_) {

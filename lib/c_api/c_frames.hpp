@@ -22,7 +22,7 @@
 #include <cordma/task.hpp>
 
 #include "c_api/c_context.hpp"
-#include "group/group_wire.hpp"
+#include "link/link_wire.hpp"
 
 namespace cordma::detail::c_api {
 
@@ -52,7 +52,7 @@ private:
 
 /// What a frame is for: the operation and its round (`extra`).
 struct frame_kind {
-    group_wire::collective op = group_wire::collective::message;
+    link_wire::collective op = link_wire::collective::message;
     std::uint32_t extra = 0;
 };
 

@@ -13,7 +13,7 @@
 #include "group/bootstrap/group_bootstrap.hpp"
 #include "group/group_core.hpp"
 #include "group/group_formation.hpp"
-#include "group/peer_link.hpp"
+#include "link/peer_link.hpp"
 
 namespace cordma {
 

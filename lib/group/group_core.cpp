@@ -10,7 +10,7 @@
 
 namespace cordma::detail {
 
-namespace wire = group_wire;
+namespace wire = link_wire;
 
 group_core::group_core(cordma::builder b, group_options options, int rank, std::vector<std::string> endpoints)
     : builder_(std::move(b)),

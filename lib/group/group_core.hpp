@@ -18,8 +18,8 @@
 #include <cordma/local_mr.hpp>
 #include <cordma/task.hpp>
 
-#include "group/group_wire.hpp"
-#include "group/peer_link.hpp"
+#include "link/link_wire.hpp"
+#include "link/peer_link.hpp"
 
 namespace cordma::detail {
 
@@ -60,7 +60,7 @@ public:
     /// The collective in progress: its number and the token that stops
     /// when its deadline passes or its caller's stop token is stopped.
     struct current_call {
-        group_wire::collective op = group_wire::collective::none;
+        link_wire::collective op = link_wire::collective::none;
         std::uint32_t seq = 0;
         std::stop_token token;
     };
@@ -68,7 +68,7 @@ public:
 
     /// Runs `body` (which reads current()) as collective `op`: one at a time,
     /// under its deadline; any failure breaks the group (see group.hpp).
-    task<void> run(group_wire::collective op, group_call call, task<void> body);
+    task<void> run(link_wire::collective op, group_call call, task<void> body);
 
     /// Registered memory of the group's own, at least `size` bytes, for
     /// partial results (reductions). Valid until the next call.

@@ -17,12 +17,12 @@
 #include <cordma/task_group.hpp>
 
 #include "group/group_core.hpp"
-#include "group/group_wire.hpp"
-#include "group/peer_link.hpp"
+#include "link/link_wire.hpp"
+#include "link/peer_link.hpp"
 
 namespace cordma::detail {
 
-namespace wire = group_wire;
+namespace wire = link_wire;
 using clock = std::chrono::steady_clock;
 
 namespace {

@@ -12,15 +12,15 @@
 #include <cordma/local_mr.hpp>
 
 #include "group/group_core.hpp"
-#include "group/group_wire.hpp"
-#include "group/peer_link.hpp"
+#include "link/link_wire.hpp"
+#include "link/peer_link.hpp"
 
 namespace cordma::detail {
 
 /// The header of a frame this rank sends in the collective in progress.
-inline group_wire::header frame_of(const group_core& core, std::uint16_t step, std::uint32_t root = 0,
+inline link_wire::header frame_of(const group_core& core, std::uint16_t step, std::uint32_t root = 0,
                                    std::uint32_t extra = 0) {
-    group_wire::header h;
+    link_wire::header h;
     h.op = core.current().op;
     h.seq = core.current().seq;
     h.step = step;

@@ -61,8 +61,8 @@ task<void> tree_reduce(std::shared_ptr<group_core> core, local_slice send, local
         peer_link& child = core->link(absolute(v + mask, root, n));
         inbound_frame f =
             co_await child.take(expect(*core, level, size, static_cast<std::uint32_t>(root), tag), c.token);
-        const std::byte* in = f.message.data() + group_wire::header_size;
-        if (f.header.type == group_wire::frame::rts) {
+        const std::byte* in = f.message.data() + link_wire::header_size;
+        if (f.header.type == link_wire::frame::rts) {
             co_await child.fetch(f, incoming);
             in = incoming.data();
         }
@@ -93,7 +93,7 @@ task<void> flat_all_reduce(std::shared_ptr<group_core> core, local_slice send, l
         for (int p = 1; p < n; ++p) {
             peer_link& from = core->link(p);
             inbound_frame f = co_await from.take(expect(*core, 0, size, 0, tag), c.token);
-            combine(type, op, recv.data(), f.message.data() + group_wire::header_size, size);
+            combine(type, op, recv.data(), f.message.data() + link_wire::header_size, size);
             from.finish(f);
         }
     }
@@ -210,7 +210,7 @@ task<void> group::reduce(local_slice send, local_slice recv, element_type type, 
     detail::check_root("reduce", core, root);
     detail::check_reduction("reduce", core, send, recv, type, core.rank() == root);
     auto shared = state_;
-    co_await shared->run(detail::group_wire::collective::reduce, std::move(call),
+    co_await shared->run(detail::link_wire::collective::reduce, std::move(call),
                          detail::tree_reduce(shared, send, recv, type, op, root));
 }
 
@@ -218,7 +218,7 @@ task<void> group::all_reduce(local_slice send, local_slice recv, element_type ty
     auto& core = checked("all_reduce");
     detail::check_reduction("all_reduce", core, send, recv, type, true);
     auto shared = state_;
-    co_await shared->run(detail::group_wire::collective::all_reduce, std::move(call),
+    co_await shared->run(detail::link_wire::collective::all_reduce, std::move(call),
                          detail::choose_all_reduce(shared, send, recv, type, op));
 }
 

@@ -1,8 +1,8 @@
-#include "group/group_wire.hpp"
+#include "link/link_wire.hpp"
 
 #include <cstring>
 
-namespace cordma::detail::group_wire {
+namespace cordma::detail::link_wire {
 namespace {
 
 template <class T>
@@ -108,4 +108,4 @@ const char* name(frame type) noexcept {
     return "?";
 }
 
-}  // namespace cordma::detail::group_wire
+}  // namespace cordma::detail::link_wire

@@ -1,9 +1,9 @@
 #pragma once
-/// One rank's link to another in a group: the connection, the receives
-/// the group keeps posted on it (a receive_queue), and the frames of
-/// group_wire.hpp over it, with flow control. The C API (lib/c_api) runs
-/// its peers over the same links: a link reports failures to its
-/// link_owner (the group, or one C peer) rather than to a group.
+/// One process's link to another: the connection, the receives kept
+/// posted on it (a receive_queue), and the frames of link_wire.hpp over
+/// it, with flow control. Groups (a link per rank), the C API (a link per
+/// peer) and streams run on it; a link reports failures to its link_owner
+/// (the group, one C peer, one stream).
 ///
 /// Flow control: a rank may have at most `window` credit-counted frames
 /// (data, rts) to a peer that the peer has not yet handled; every frame
@@ -37,7 +37,7 @@
 #include <cordma/task.hpp>
 
 #include "engine/waiter_queue.hpp"
-#include "group/group_wire.hpp"
+#include "link/link_wire.hpp"
 
 namespace cordma::detail {
 
@@ -58,7 +58,7 @@ public:
 /// `none`, any data or rts frame is taken as it is (the C API checks it
 /// itself, and keeps a frame that does not fit).
 struct expected_frame {
-    group_wire::collective op = group_wire::collective::none;
+    link_wire::collective op = link_wire::collective::none;
     std::uint32_t seq = 0;
     std::uint16_t step = 0;
     std::uint32_t root = 0;
@@ -69,7 +69,7 @@ struct expected_frame {
 /// A frame taken from the inbox: its header and its message (the payload
 /// of a data frame is in it; releasing it posts the receive again).
 struct inbound_frame {
-    group_wire::header header;
+    link_wire::header header;
     received_message message;
 };
 
@@ -90,7 +90,7 @@ public:
     /// Bytes of one frame buffer, a posted receive or a send slot: the
     /// header and the largest payload (inline data, or an abort's reason).
     static std::size_t frame_size(std::size_t eager_size) noexcept {
-        return group_wire::header_size + (eager_size > max_abort_reason ? eager_size : max_abort_reason);
+        return link_wire::header_size + (eager_size > max_abort_reason ? eager_size : max_abort_reason);
     }
     /// Receives a link keeps posted for its own `window` (see the top).
     static std::size_t receive_count(std::uint32_t window) noexcept { return 2 * std::size_t(window) + 4; }
@@ -114,10 +114,10 @@ public:
     /// peer reads from `payload` (which must allow remote reads); then
     /// returns once `payload` may be reused (at once when copied; after the
     /// peer's fin otherwise). Waits for room in the window first.
-    task<void> send(group_wire::header h, local_slice payload, std::stop_token token);
+    task<void> send(link_wire::header h, local_slice payload, std::stop_token token);
     /// The same for a payload of at most eager_size() bytes, copied from
     /// memory that need not be registered.
-    task<void> send_inline(group_wire::header h, std::span<const std::byte> payload, std::stop_token token);
+    task<void> send_inline(link_wire::header h, std::span<const std::byte> payload, std::stop_token token);
     /// Credit-counted frames sent so far (a send that returned early by
     /// cancellation sent its frame if this moved).
     std::uint32_t frames_sent() const noexcept { return sent_; }
@@ -160,15 +160,15 @@ public:
 private:
     struct slot_pool;
     task<void> dispatch();
-    void on_frame(group_wire::header h, received_message m);
+    void on_frame(link_wire::header h, received_message m);
     void credit_returned(std::uint32_t acked);
     /// Posts a frame from slot `slot` (header already encoded, `length`
     /// bytes in all) without waiting for its completion; frees the slot then.
     void post_slot(std::size_t slot, std::size_t length);
     /// Encodes `h` as a data frame with `payload` into a free slot and posts it.
-    void post_inline(group_wire::header h, std::span<const std::byte> payload);
+    void post_inline(link_wire::header h, std::span<const std::byte> payload);
     std::size_t take_slot();
-    void send_control(group_wire::header h, const std::string& payload = {});
+    void send_control(link_wire::header h, const std::string& payload = {});
     [[noreturn]] void throw_group_failure() const;
     /// A wait found the connection gone and nothing left: fails the group
     /// naming this peer, and throws its error.
@@ -176,7 +176,7 @@ private:
     /// The connection is gone (why): frames that arrived stay to be taken;
     /// waits that find nothing more end in link_gone.
     void connection_lost(const std::string& why);
-    std::string describe(const group_wire::header& h) const;
+    std::string describe(const link_wire::header& h) const;
     std::string describe(const expected_frame& e) const;
 
     std::weak_ptr<link_owner> core_;
@@ -196,7 +196,7 @@ private:
 
     std::shared_ptr<waiter_queue<bool>> credits_;      // one per frame we may still send
     std::shared_ptr<waiter_queue<inbound_frame>> inbox_;
-    std::shared_ptr<waiter_queue<group_wire::header>> fins_;
+    std::shared_ptr<waiter_queue<link_wire::header>> fins_;
     std::uint32_t sent_ = 0;         // credit-counted frames sent
     std::uint32_t peer_acked_ = 0;   // of those, handled by the peer
     std::uint32_t handled_ = 0;      // the peer's credit-counted frames handled here

@@ -1,4 +1,4 @@
-#include "group/peer_link.hpp"
+#include "link/peer_link.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -13,7 +13,7 @@
 
 namespace cordma::detail {
 
-namespace wire = group_wire;
+namespace wire = link_wire;
 
 peer_link::peer_link(std::weak_ptr<link_owner> core, int rank, std::string name, cordma::connection conn,
                      receive_queue queue, std::uint32_t own_window, std::uint32_t peer_window,

@@ -1,6 +1,6 @@
 #pragma once
-/// The frames a group's ranks exchange over each connection (on the data
-/// QP, in the receives each link keeps posted). Every frame starts with a
+/// The frames two processes exchange over a link (on the data QP, in the
+/// receives each link keeps posted): a group's ranks, C API peers, streams. Every frame starts with a
 /// fixed 48-byte header, little-endian; data frames carry their payload
 /// right after it. docs/group.md describes the protocol.
 ///
@@ -25,7 +25,7 @@
 #include <span>
 #include <string>
 
-namespace cordma::detail::group_wire {
+namespace cordma::detail::link_wire {
 
 inline constexpr std::uint16_t magic = 0x4347;
 inline constexpr std::size_t header_size = 48;
@@ -75,4 +75,4 @@ std::optional<header> decode(std::span<const std::byte> frame, std::string& why)
 const char* name(collective op) noexcept;
 const char* name(frame type) noexcept;
 
-}  // namespace cordma::detail::group_wire
+}  // namespace cordma::detail::link_wire
