@@ -2,6 +2,7 @@
 // accept and disconnect (with the C hello that sizes each link), the
 // accessors, and the deadline and keepalives every call runs under.
 #include "c_api/c_context.hpp"
+#include "link/link_hello.hpp"
 
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
@@ -23,9 +24,6 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
-/// The C hello's mark in its `size` field: "CAPI" and a version. A group
-/// rank's hello carries its group id there instead.
-constexpr std::uint64_t hello_mark = 0x4341504900000001ull;
 constexpr std::size_t largest_buffer = std::size_t(1) << 20;
 constexpr int largest_window = 60;
 
@@ -116,9 +114,9 @@ void schedule_tick(cordma_context* ctx, std::shared_ptr<call_state> st) {
     });
 }
 
-/// Sends this side's hello and takes the peer's; then the link is sized
-/// by both: each side receives inline up to its own buffer_size and sends
-/// inline up to the peer's.
+/// The hellos (link_hello.hpp), then the link they size: each side
+/// receives inline up to its own buffer_size and sends inline up to the
+/// peer's.
 task<std::shared_ptr<peer_state>> open_peer(cordma_context* ctx, cordma::connection conn, std::string address,
                                             std::stop_token token) {
     int index;
@@ -129,37 +127,18 @@ task<std::shared_ptr<peer_state>> open_peer(cordma_context* ctx, cordma::connect
     auto peer = std::make_shared<peer_state>(index, address);
     peer->conn = conn;
     auto pool = ctx->builder.pool();
-    auto window = static_cast<std::uint32_t>(ctx->config.window);
-    std::size_t eager = ctx->config.buffer_size;
-    receive_queue queue(conn, peer_link::receive_count(window), peer_link::frame_size(eager), pool);
-    local_mr hello = pool->allocate(wire::header_size);
-    wire::header mine;
-    mine.type = wire::frame::hello;
-    mine.seq = window;
-    mine.size = hello_mark;
-    mine.addr = eager;
-    wire::encode(mine, std::span<std::byte, wire::header_size>(hello.data(), wire::header_size));
-    cordma::local_slice hello_bytes = hello.all();
-    co_await conn.send(hello_bytes);
-
-    received_message m = co_await queue.next(std::chrono::milliseconds(ctx->config.connect_timeout_ms), token);
-    std::string why;
-    std::optional<wire::header> theirs = wire::decode(m.bytes(), why);
-    if (!theirs)
-        throw c_failure(EPROTO, "its hello is " + why);
-    if (theirs->type != wire::frame::hello || theirs->size != hello_mark)
-        throw c_failure(EPROTO, "it is not a cordma C API context (a cordma::group rank, or another program)");
-    std::uint32_t peer_window = theirs->seq;
-    auto peer_eager = static_cast<std::size_t>(theirs->addr);
-    if (peer_window < 2 || peer_window > 4096)
-        throw c_failure(EPROTO, "its window of " + std::to_string(peer_window) + " messages is out of range");
-    if (peer_eager < 64 || peer_eager > largest_buffer)
-        throw c_failure(EPROTO, "its buffer_size of " + std::to_string(peer_eager) + " bytes is out of range");
-    m.release();
-    local_mr slots = pool->allocate(peer_link::slot_count(peer_window) * peer_link::frame_size(peer_eager));
-    peer->link = std::make_shared<peer_link>(peer, index, peer->name, conn, std::move(queue), window, peer_window,
-                                             peer_eager, eager, std::move(slots));
-    peer->link->start();
+    link_terms mine{static_cast<std::uint32_t>(ctx->config.window), ctx->config.buffer_size};
+    receive_queue queue(conn, peer_link::receive_count(mine.window), peer_link::frame_size(mine.inline_size), pool);
+    link_terms theirs;
+    try {
+        theirs = co_await exchange_hello(conn, &queue, pool, c_api_hello_mark, mine,
+                                         std::chrono::milliseconds(ctx->config.connect_timeout_ms), token);
+    } catch (const std::system_error& e) {
+        if (e.code() != std::errc::protocol_error)
+            throw;
+        throw c_failure(EPROTO, e.what());
+    }
+    peer->link = open_link(peer, index, peer->name, conn, std::move(queue), pool, mine, theirs);
     {
         std::lock_guard lock(ctx->peers_mutex);
         ctx->peers.push_back(peer);

@@ -56,7 +56,7 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     }
     h.type = static_cast<frame>(type);
     auto op = get<std::uint8_t>(p + 3);
-    if (op > 9) {
+    if (op > 10) {
         why = "a frame for unknown collective " + std::to_string(op);
         return std::nullopt;
     }
@@ -91,6 +91,7 @@ const char* name(collective op) noexcept {
     case collective::reduce: return "reduce";
     case collective::all_reduce: return "all_reduce";
     case collective::message: return "message";
+    case collective::stream: return "stream";
     }
     return "?";
 }

@@ -52,6 +52,8 @@ enum class collective : std::uint8_t {
     all_reduce = 8,
     /// The C API's point-to-point message (cordma_send).
     message = 9,
+    /// A stream's bytes (extra 0), or its end (extra 1, no bytes).
+    stream = 10,
 };
 
 struct header {

@@ -311,8 +311,16 @@ task<inbound_frame> peer_link::take(expected_frame e, std::stop_token token) {
 }
 
 task<void> peer_link::fetch(const inbound_frame& f, local_slice into) {
+    co_await fetch(f, 0, into);
+}
+
+task<void> peer_link::fetch(const inbound_frame& f, std::uint64_t offset, local_slice into) {
     auto self = shared_from_this();
-    remote_slice from{f.header.addr, f.header.size, f.header.rkey, access_flags::remote_read};
+    if (offset > f.header.size || into.size() > f.header.size - offset)
+        throw std::logic_error("cordma: " + name_ + ": reading bytes " + std::to_string(offset) + " to " +
+                               std::to_string(offset + into.size()) + " of a " + std::to_string(f.header.size) +
+                               "-byte frame (internal error)");
+    remote_slice from{f.header.addr + offset, into.size(), f.header.rkey, access_flags::remote_read};
     try {
         co_await conn_.read(into, from);
     } catch (const std::exception& e) {

@@ -133,6 +133,8 @@ public:
     task<inbound_frame> take(expected_frame e, std::stop_token token);
     /// Reads an rts frame's payload into `into`.
     task<void> fetch(const inbound_frame& f, local_slice into);
+    /// Reads into.size() bytes of an rts frame's payload from `offset`.
+    task<void> fetch(const inbound_frame& f, std::uint64_t offset, local_slice into);
     /// Done with `f`: sends the fin of an rts, posts the receive again and
     /// counts it (returning credit when half a window is due).
     void finish(inbound_frame& f);

@@ -1,6 +1,8 @@
 // The other process of the builder tests. Modes:
 //   echo ADDRESS    connect, receive one message, send it back, exit 0
 //   sleep ADDRESS   connect, then sleep until killed
+//   stream ADDRESS  open a cordma::stream to a stream listener there and
+//                   write 64 KiB blocks of byte value 7 until killed
 // An optional third argument `tcp` connects with endpoint_exchange::tcp
 // (ADDRESS is then a TCP listener's) instead of rdma_cm.
 
@@ -8,8 +10,10 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <cordma/builder.hpp>
+#include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 
@@ -17,7 +21,7 @@ using namespace cordma;
 
 int main(int argc, char** argv) try {
     if (argc != 3 && !(argc == 4 && std::string(argv[3]) == "tcp")) {
-        std::fprintf(stderr, "usage: peer echo|sleep ADDRESS [tcp]\n");
+        std::fprintf(stderr, "usage: peer echo|sleep|stream ADDRESS [tcp]\n");
         return 2;
     }
     std::string mode = argv[1];
@@ -31,6 +35,12 @@ int main(int argc, char** argv) try {
         // ms, about 4 ms in all). Ask for the CM's so both styles run the
         // same traffic with the same patience.
         b.min_rnr_timer(0);
+    }
+    if (mode == "stream") {
+        stream s = sync_wait(stream::connect(b, argv[2]));
+        std::vector<std::byte> block(64 * 1024, std::byte{7});
+        for (;;)
+            sync_wait(s.write(block));
     }
     connection conn = sync_wait(b.connect(argv[2]));
     if (mode == "sleep") {

@@ -1,0 +1,145 @@
+#pragma once
+/// cordma::stream: a socket-like byte stream over RDMA.
+///
+///     stream_listener l = stream::serve(b, "10.0.0.1:7600");
+///     stream s = co_await l.accept();
+///     std::size_t n = co_await s.read(buffer);        // 0 at end of stream
+///
+///     stream c = co_await stream::connect(b, "10.0.0.1:7600");
+///     co_await c.write(bytes);                         // all of it, or an error
+///     co_await c.close();                              // the peer reads what was written, then 0
+///
+/// Byte-stream semantics like TCP: ordered, no message boundaries, any
+/// sizes on either side. Underneath each write is one or more frames on a
+/// link (lib/link): up to `inline_size` bytes are copied into receives the
+/// reader keeps posted, with credits, so a writer waits for room and a slow
+/// reader causes neither receiver-not-ready errors nor growing memory on
+/// either side. A larger write is announced by address and the reader
+/// RDMA-READs it straight into its own buffer (in pieces, as its reads ask);
+/// the write returns once all of it has been read. The writer's memory is
+/// then either the caller's own, registered for the write (from
+/// `register_size` up), or a registered copy from the builder's pool
+/// (below it); a local_slice is used as it is.
+///
+/// Threads: coroutines resume on the event listener thread. One read and one
+/// write may run at once (full duplex); a second read while one runs (or a
+/// second write) throws std::logic_error.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <string_view>
+
+#include <cordma/builder.hpp>
+#include <cordma/export.hpp>
+#include <cordma/listener.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/task.hpp>
+
+namespace cordma {
+
+namespace detail {
+class stream_state;
+}
+
+struct CORDMA_API stream_options {
+    /// Writes up to this size are copied into the peer's posted receives
+    /// (one SEND each); larger ones are read by the peer from the writer's
+    /// memory (zero-copy). 64 B to 1 MiB. Each side's receives hold its own
+    /// inline_size; a writer uses the reader's.
+    std::size_t inline_size = 16 * 1024;
+    /// Inline frames in flight to a reader before its writer waits for credit
+    /// (2 to 60).
+    std::uint32_t window = 16;
+    /// From this size a write registers the caller's memory for the peer to
+    /// read (zero-copy; registration costs about a page fault per page);
+    /// below it, the bytes are copied into registered memory from the pool.
+    std::size_t register_size = 1 << 20;
+    /// A peer that leaves pings unanswered this long, while a read or write
+    /// waits on it, is taken for gone (its host powered off). At least 1 s.
+    std::chrono::milliseconds peer_timeout{10'000};
+};
+
+class stream_listener;
+
+class CORDMA_API stream {
+public:
+    /// An empty handle: every call throws std::logic_error.
+    stream() = default;
+
+    /// Connects to a stream listener at `address` ("host:port"), with the
+    /// builder's settings (connect_timeout applies). Throws as
+    /// builder::connect does, and std::system_error (protocol_error) if the
+    /// listener is not a stream listener.
+    static task<stream> connect(builder b, std::string address, stream_options options = {});
+    /// Listens for streams on `address` ("addr:port"; port 0: any free one).
+    static stream_listener serve(builder b, std::string_view address, stream_options options = {});
+
+    explicit operator bool() const noexcept { return state_ != nullptr; }
+
+    /// Reads what has arrived, at most buffer.size() bytes, waiting for at
+    /// least one; returns how many (0 at end of stream, or for an empty
+    /// buffer). Throws std::system_error once the connection is gone with
+    /// data unread (not_connected, naming the peer), operation_cancelled if
+    /// `token` stops first (nothing is lost: the next read goes on where
+    /// this one would have).
+    task<std::size_t> read(std::span<std::byte> buffer, std::stop_token token = {});
+    /// Reads exactly buffer.size() bytes; std::system_error (end of stream,
+    /// naming how many bytes were missing) if the stream ends first.
+    task<void> read_exactly(std::span<std::byte> buffer, std::stop_token token = {});
+    /// Writes every byte (std::system_error otherwise, naming the peer).
+    /// Returns once `buffer` may be reused. After shutdown_write or close,
+    /// throws std::logic_error.
+    task<void> write(std::span<const std::byte> buffer, std::stop_token token = {});
+    /// The same from registered memory: large writes need no registration
+    /// or copy.
+    task<void> write(local_slice buffer, std::stop_token token = {});
+    /// Half close: the peer's reads return 0 once they have everything
+    /// written before it; this side may go on reading.
+    task<void> shutdown_write();
+    /// shutdown_write (unless done), waits for what was written to leave,
+    /// and closes the connection. Reads and writes fail from then on.
+    task<void> close();
+
+    /// The peer, as errors name it ("10.0.0.2:7600").
+    const std::string& peer() const;
+    /// The underlying connection (its builder settings, its QP).
+    const cordma::connection& connection() const;
+
+private:
+    friend class stream_listener;
+    explicit stream(std::shared_ptr<detail::stream_state> state) : state_(std::move(state)) {}
+    detail::stream_state& checked(const char* call) const;
+
+    std::shared_ptr<detail::stream_state> state_;
+};
+
+class CORDMA_API stream_listener {
+public:
+    stream_listener() = default;
+
+    /// The next stream a client opened. A client that is not a stream
+    /// client, or whose hello does not come within the builder's
+    /// connect_timeout, is refused (logged) and the accept goes on waiting.
+    /// Throws operation_cancelled if `token` stops first, disconnected_error
+    /// once closed.
+    task<stream> accept(std::stop_token token = {});
+    /// The address it listens on, "ip:port".
+    const std::string& address() const;
+    void close();
+
+private:
+    friend class stream;
+    stream_listener(builder b, listener l, stream_options options)
+        : builder_(std::move(b)), listener_(std::move(l)), options_(options) {}
+
+    builder builder_;
+    listener listener_;
+    stream_options options_;
+};
+
+}  // namespace cordma

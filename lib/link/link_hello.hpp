@@ -1,0 +1,48 @@
+#pragma once
+/// The hello two processes exchange on a new connection before a link runs
+/// on it (C API peers, streams; a group has its own, carrying ranks): each
+/// side's window and inline size, under a mark that says which module
+/// speaks, so a C API peer never takes a stream (or a group rank) for one
+/// of its own. The connection's receives must be posted (the queue) before
+/// the hello goes out, so the peer's hello finds one.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stop_token>
+
+#include <cordma/connection.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/receive_queue.hpp>
+#include <cordma/task.hpp>
+
+#include "link/peer_link.hpp"
+
+namespace cordma::detail {
+
+/// The marks, in the hello's `size` field: an ASCII name and a version.
+inline constexpr std::uint64_t c_api_hello_mark = 0x4341504900000001ull;  // "CAPI", 1
+inline constexpr std::uint64_t stream_hello_mark = 0x5354524d00000001ull; // "STRM", 1
+
+/// What one side's hello says.
+struct link_terms {
+    std::uint32_t window = 0;      // credit-counted frames the sender may receive in flight
+    std::size_t inline_size = 0;   // the largest inline payload its receives hold
+};
+
+/// Sends `mine` and takes the peer's hello from `queue` within `timeout`;
+/// throws std::system_error (protocol_error) saying what is wrong with it
+/// (another module's mark, a window or size out of range).
+task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, std::shared_ptr<memory_pool> pool,
+                                std::uint64_t mark, link_terms mine, std::chrono::milliseconds timeout,
+                                std::stop_token token);
+
+/// The link both hellos describe: receives from `queue` (already sized for
+/// mine: receive_count(mine.window) of frame_size(mine.inline_size)), send
+/// slots for the peer's window and size, started.
+std::shared_ptr<peer_link> open_link(std::weak_ptr<link_owner> owner, int rank, std::string name,
+                                     cordma::connection conn, receive_queue queue, std::shared_ptr<memory_pool> pool,
+                                     link_terms mine, link_terms theirs);
+
+}  // namespace cordma::detail

@@ -1,0 +1,313 @@
+// A stream's reads, writes and ends over its link (stream_state.hpp).
+#include "stream/stream_state.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include <cordma/error.hpp>
+#include <cordma/receive_queue.hpp>
+#include <cordma/task_group.hpp>
+
+#include "link/link_hello.hpp"
+#include "link/link_wire.hpp"
+
+namespace cordma::detail {
+
+namespace wire = link_wire;
+using clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::chrono::milliseconds tick_interval{500};
+constexpr std::uint32_t data_frame = 0;
+constexpr std::uint32_t end_frame = 1;
+
+}  // namespace
+
+/// While alive, the stream pings its peer every tick (a read or write is
+/// waiting on it).
+struct keepalive_scope {
+    stream_state* s;
+    explicit keepalive_scope(stream_state* st) : s(st) { s->keepalive_start(); }
+    ~keepalive_scope() { s->keepalive_stop(); }
+    keepalive_scope(const keepalive_scope&) = delete;
+    keepalive_scope& operator=(const keepalive_scope&) = delete;
+};
+
+void check_stream_options(const stream_options& o, const char* call) {
+    auto bad = [call](const std::string& what) {
+        throw std::invalid_argument(std::string(call) + ": stream_options::" + what);
+    };
+    if (o.inline_size < 64 || o.inline_size > (std::size_t(1) << 20))
+        bad("inline_size is " + std::to_string(o.inline_size) + " bytes; it must be 64 B to 1 MiB");
+    if (o.window < 2 || o.window > 60)
+        bad("window is " + std::to_string(o.window) + "; it must be 2 to 60");
+    if (o.register_size == 0)
+        bad("register_size is 0; it must be positive (a size from which writes register the caller's memory)");
+    if (o.peer_timeout < std::chrono::seconds(1))
+        bad("peer_timeout is " + std::to_string(o.peer_timeout.count()) + " ms; it must be at least 1 s");
+}
+
+stream_state::stream_state(cordma::builder b, stream_options options, cordma::connection conn)
+    : builder_(std::move(b)),
+      options_(options),
+      conn_(std::move(conn)),
+      peer_(conn_.peer()),
+      listener_(conn_.event_listener()) {}
+
+void stream_state::fail(std::errc code, const std::string& why, int, bool tell_peers) {
+    if (failure_)
+        return;
+    failure_.emplace(code, why);
+    if (!link_)
+        return;
+    if (tell_peers && !link_->lost())
+        link_->send_abort(0xffffffffu, why);
+    link_->close_queues();
+    if (closed_)
+        return;
+    closed_ = true;
+    // The connection goes once the abort has left (2 s at most).
+    spawn_detached(
+        [](std::shared_ptr<stream_state> self) -> task<void> {
+            std::stop_source stop;
+            auto timer = self->listener_->call_after(std::chrono::seconds(2), [stop]() mutable { stop.request_stop(); });
+            if (!self->link_->lost() && !self->conn_.is_broken()) {
+                try {
+                    std::stop_token token = stop.get_token();
+                    co_await self->link_->drain(token);
+                } catch (const std::exception&) {
+                }
+            }
+            timer->cancel();
+            self->current_.reset();
+            co_await self->conn_.close();
+        }(shared_from_this()),
+        [](std::exception_ptr) {});
+}
+
+void stream_state::throw_failure() const {
+    if (failure_)
+        throw std::system_error(std::make_error_code(failure_->first), "cordma::stream to " + peer_ + ": " + failure_->second);
+    throw std::system_error(std::make_error_code(std::errc::not_connected), "cordma::stream to " + peer_ + ": closed");
+}
+
+void stream_state::throw_closed(const char* call) const {
+    if (failure_)
+        throw_failure();
+    throw std::logic_error(std::string("cordma::stream::") + call + " to " + peer_ + " after close()");
+}
+
+task<void> stream_state::on_listener() {
+    if (!listener_->running_in_this_thread())
+        co_await listener_->schedule();
+}
+
+void stream_state::keepalive_start() {
+    if (waiting_++ > 0 || tick_)
+        return;
+    last_tick_ = clock::now();
+    std::weak_ptr<stream_state> weak = shared_from_this();
+    tick_ = listener_->call_after(tick_interval, [weak] {
+        if (auto s = weak.lock())
+            s->tick();
+    });
+}
+
+void stream_state::keepalive_stop() { --waiting_; }
+
+void stream_state::tick() {
+    tick_.reset();
+    if (waiting_ <= 0 || !link_ || failure_)
+        return;
+    auto now = clock::now();
+    if (now - last_tick_ > 3 * tick_interval)
+        link_->excuse_silence(now);  // this process was starved, not the peer silent
+    last_tick_ = now;
+    link_->probe(now, options_.peer_timeout);
+    std::weak_ptr<stream_state> weak = shared_from_this();
+    tick_ = listener_->call_after(tick_interval, [weak] {
+        if (auto s = weak.lock())
+            s->tick();
+    });
+}
+
+task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_token token) {
+    auto self = shared_from_this();
+    co_await on_listener();
+    if (reading_)
+        throw std::logic_error("cordma::stream::read to " + peer_ + ": another read is running (one at a time)");
+    if (eof_ || buffer.empty())
+        co_return 0;
+    if (closed_)
+        throw_closed("read");
+    reading_ = true;
+    std::exception_ptr error;
+    std::size_t n = 0;
+    try {
+        if (!current_) {
+            keepalive_scope alive(this);
+            inbound_frame f = co_await link_->take(expected_frame{}, token);
+            consumed_ = 0;
+            if (f.header.op != wire::collective::stream) {
+                std::string why = "sent a " + std::string(wire::name(f.header.op)) + " frame, not a stream's";
+                fail(std::errc::protocol_error, why, 0, true);
+                throw_failure();
+            }
+            current_.emplace(std::move(f));
+        }
+        inbound_frame& f = *current_;
+        if (f.header.extra == end_frame) {
+            eof_ = true;
+            link_->finish(f);
+            current_.reset();
+        } else {
+            n = static_cast<std::size_t>(std::min<std::uint64_t>(f.header.size - consumed_, buffer.size()));
+            if (f.header.type == wire::frame::data) {
+                std::memcpy(buffer.data(), f.message.data() + wire::header_size + consumed_, n);
+            } else if (n >= options_.register_size) {
+                local_mr target = register_local_mr(builder_.pd(), buffer.data(), n, access_flags::local_write);
+                local_slice into = target.all();
+                co_await link_->fetch(f, consumed_, into);
+            } else {
+                local_mr staging = builder_.pool()->allocate(n);
+                local_slice into = staging.all();
+                co_await link_->fetch(f, consumed_, into);
+                std::memcpy(buffer.data(), staging.data(), n);
+            }
+            consumed_ += n;
+            if (consumed_ == f.header.size) {
+                link_->finish(f);
+                current_.reset();
+            }
+        }
+    } catch (...) {
+        error = std::current_exception();
+    }
+    reading_ = false;
+    if (error)
+        std::rethrow_exception(error);
+    co_return n;
+}
+
+task<void> stream_state::write_frame(std::span<const std::byte> bytes, local_slice registered,
+                                     std::stop_token token) {
+    wire::header h;
+    h.op = wire::collective::stream;
+    h.extra = data_frame;
+    h.seq = ++next_seq_;
+    keepalive_scope alive(this);
+    if (bytes.size() <= link_->eager_size()) {
+        co_await link_->send_inline(h, bytes, token);
+    } else if (registered.block()) {
+        co_await link_->send(h, registered, token);
+    } else if (bytes.size() >= options_.register_size) {
+        local_mr source = register_local_mr(builder_.pd(), const_cast<std::byte*>(bytes.data()), bytes.size(),
+                                            access_flags::remote_read);
+        local_slice from = source.all();
+        co_await link_->send(h, from, token);
+    } else {
+        local_mr staging = builder_.pool()->allocate(bytes.size());
+        std::memcpy(staging.data(), bytes.data(), bytes.size());
+        local_slice from = staging.all();
+        co_await link_->send(h, from, token);
+    }
+}
+
+task<void> stream_state::write(std::span<const std::byte> bytes, local_slice registered, std::stop_token token) {
+    auto self = shared_from_this();
+    co_await on_listener();
+    if (writing_)
+        throw std::logic_error("cordma::stream::write to " + peer_ + ": another write is running (one at a time)");
+    if (closed_ || write_shut_) {
+        if (failure_)
+            throw_failure();
+        throw std::logic_error("cordma::stream::write to " + peer_ + " after " +
+                               (closed_ ? "close()" : "shutdown_write()"));
+    }
+    if (failure_)
+        throw_failure();
+    writing_ = true;
+    std::exception_ptr error;
+    try {
+        std::size_t offset = 0;
+        while (offset < bytes.size()) {
+            std::size_t n = std::min(bytes.size() - offset, largest_frame);
+            local_slice part = registered.block() ? registered.slice(offset, n) : local_slice{};
+            co_await write_frame(bytes.subspan(offset, n), part, token);
+            offset += n;
+        }
+    } catch (...) {
+        error = std::current_exception();
+    }
+    writing_ = false;
+    if (error)
+        std::rethrow_exception(error);
+}
+
+task<void> stream_state::shutdown_write() {
+    auto self = shared_from_this();
+    co_await on_listener();
+    if (write_shut_ || closed_)
+        co_return;
+    if (failure_)
+        throw_failure();
+    write_shut_ = true;
+    wire::header h;
+    h.op = wire::collective::stream;
+    h.extra = end_frame;
+    h.seq = ++next_seq_;
+    keepalive_scope alive(this);
+    std::span<const std::byte> none;
+    co_await link_->send_inline(h, none, {});
+}
+
+task<void> stream_state::close() {
+    auto self = shared_from_this();
+    co_await on_listener();
+    if (closed_)
+        co_return;
+    // Bounded: a peer that stops reading cannot hold close() forever.
+    std::stop_source stop;
+    auto timer = listener_->call_after(options_.peer_timeout, [stop]() mutable { stop.request_stop(); });
+    std::stop_token token = stop.get_token();
+    if (!failure_ && !write_shut_) {
+        write_shut_ = true;
+        wire::header h;
+        h.op = wire::collective::stream;
+        h.extra = end_frame;
+        h.seq = ++next_seq_;
+        std::span<const std::byte> none;
+        try {
+            co_await link_->send_inline(h, none, token);
+        } catch (const std::exception&) {
+            // The peer is gone or not reading: close anyway.
+        }
+    }
+    if (!failure_ && !link_->lost()) {
+        try {
+            co_await link_->drain(token);
+        } catch (const std::exception&) {
+        }
+    }
+    timer->cancel();
+    closed_ = true;
+    current_.reset();
+    link_->close_queues();
+    co_await conn_.close();
+}
+
+task<std::shared_ptr<stream_state>> open_stream(cordma::builder b, stream_options options, cordma::connection conn,
+                                                std::stop_token token) {
+    auto state = std::make_shared<stream_state>(b, options, conn);
+    auto pool = b.pool();
+    link_terms mine{options.window, options.inline_size};
+    receive_queue queue(conn, peer_link::receive_count(mine.window), peer_link::frame_size(mine.inline_size), pool);
+    link_terms theirs = co_await exchange_hello(conn, &queue, pool, stream_hello_mark, mine,
+                                                b.settings().connect_timeout, token);
+    state->set_link(open_link(state, 0, "stream peer " + conn.peer(), conn, std::move(queue), pool, mine, theirs));
+    co_return state;
+}
+
+}  // namespace cordma::detail

@@ -1,0 +1,86 @@
+#pragma once
+/// What a cordma::stream is: one connection, one link (lib/link) over it,
+/// and where reading stands in the frame being read. Owns the link (a
+/// link_owner: a failure ends this stream alone). Event listener thread
+/// only; the public methods hop there first.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <system_error>
+
+#include <cordma/builder.hpp>
+#include <cordma/stream.hpp>
+#include <cordma/task.hpp>
+
+#include "link/peer_link.hpp"
+
+namespace cordma::detail {
+
+class stream_state : public link_owner, public std::enable_shared_from_this<stream_state> {
+public:
+    stream_state(builder b, stream_options options, cordma::connection conn);
+
+    void fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers) override;
+    bool failed() const noexcept override { return failure_.has_value(); }
+    [[noreturn]] void throw_failure() const override;
+
+    task<std::size_t> read(std::span<std::byte> buffer, std::stop_token token);
+    task<void> write(std::span<const std::byte> bytes, local_slice registered, std::stop_token token);
+    task<void> shutdown_write();
+    task<void> close();
+
+    const std::string& peer() const noexcept { return peer_; }
+    const cordma::connection& connection() const noexcept { return conn_; }
+    void set_link(std::shared_ptr<peer_link> l) { link_ = std::move(l); }
+    const stream_options& options() const noexcept { return options_; }
+
+    /// Frames a large write is cut into: bounds what one registration pins.
+    static constexpr std::size_t largest_frame = std::size_t(16) << 20;
+
+private:
+    /// Moves the calling coroutine to the event listener thread.
+    task<void> on_listener();
+    /// Pings the peer while a read or write waits (keepalive_scope).
+    friend struct keepalive_scope;
+    void keepalive_start();
+    void keepalive_stop();
+    void tick();
+    [[noreturn]] void throw_closed(const char* call) const;
+    task<void> write_frame(std::span<const std::byte> bytes, local_slice registered, std::stop_token token);
+
+    cordma::builder builder_;
+    stream_options options_;
+    cordma::connection conn_;
+    std::string peer_;
+    std::shared_ptr<event_listener> listener_;
+    std::shared_ptr<peer_link> link_;
+
+    std::optional<inbound_frame> current_;  // the frame being read
+    std::uint64_t consumed_ = 0;            // of it
+    bool eof_ = false;                      // the peer's end of stream was read
+    bool write_shut_ = false;
+    bool closed_ = false;
+    bool reading_ = false;
+    bool writing_ = false;
+    std::uint32_t next_seq_ = 0;
+    std::optional<std::pair<std::errc, std::string>> failure_;
+
+    int waiting_ = 0;
+    std::shared_ptr<event_listener::timer> tick_;
+    std::chrono::steady_clock::time_point last_tick_{};
+};
+
+/// The stream's hello on a new connection, then its state and link.
+task<std::shared_ptr<stream_state>> open_stream(builder b, stream_options options, cordma::connection conn,
+                                                std::stop_token token);
+
+/// stream_options out of range: std::invalid_argument naming the field.
+void check_stream_options(const stream_options& o, const char* call);
+
+}  // namespace cordma::detail

@@ -1,0 +1,349 @@
+// cordma::stream over rxe: byte-stream semantics (order and integrity with
+// random read and write sizes, partial reads, end of stream, half close), a
+// reader that sleeps while the writer keeps writing, a peer process killed
+// mid-stream, and 64 streams to one server.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <cordma/builder.hpp>
+#include <cordma/stream.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+#include <cordma/when_all.hpp>
+
+#include "support/deadline.hpp"
+#include "support/peer_process.hpp"
+#include "support/rxe_device.hpp"
+
+using namespace cordma;
+using namespace std::chrono_literals;
+
+namespace {
+
+builder test_builder() {
+    builder b;
+    b.device(test::test_device_name());
+    return b;
+}
+
+std::string any_port() { return test::test_address() + ":0"; }
+
+/// The stream's byte at position i: a pattern no chunking can fake.
+std::byte expected_at(std::uint64_t i) {
+    std::uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 29;
+    return std::byte(static_cast<unsigned char>(x ^ (i >> 12)));
+}
+
+void fill_from(std::span<std::byte> buffer, std::uint64_t at) {
+    for (std::size_t k = 0; k < buffer.size(); ++k)
+        buffer[k] = expected_at(at + k);
+}
+
+/// Writes `total` bytes of the pattern in random sizes (1 B to 2 MiB, a
+/// third of them small), then closes.
+task<void> write_pattern(stream s, std::uint64_t total, unsigned seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<std::byte> buffer(2 << 20);
+    std::uint64_t at = 0;
+    while (at < total) {
+        std::size_t n = rng() % 3 == 0 ? 1 + rng() % 512 : 1 + rng() % buffer.size();
+        n = static_cast<std::size_t>(std::min<std::uint64_t>(n, total - at));
+        fill_from(std::span(buffer).first(n), at);
+        co_await s.write(std::span<const std::byte>(buffer.data(), n));
+        at += n;
+    }
+    co_await s.close();
+}
+
+/// Reads until end of stream in random sizes; returns how many bytes came
+/// and counts the ones that differ from the pattern.
+task<std::uint64_t> read_pattern(stream s, unsigned seed, std::uint64_t* wrong) {
+    std::mt19937_64 rng(seed);
+    std::vector<std::byte> buffer(3 << 20);
+    std::uint64_t at = 0;
+    for (;;) {
+        std::size_t want = rng() % 3 == 0 ? 1 + rng() % 700 : 1 + rng() % buffer.size();
+        std::size_t n = co_await s.read(std::span(buffer).first(want));
+        if (n == 0)
+            break;
+        for (std::size_t k = 0; k < n; ++k)
+            if (buffer[k] != expected_at(at + k))
+                ++*wrong;
+        at += n;
+    }
+    co_await s.close();
+    co_return at;
+}
+
+std::span<const std::byte> bytes_of(const std::string& s) {
+    return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+std::string text_of(std::span<const std::byte> b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+
+}  // namespace
+
+TEST_CASE("a stream carries every byte in order, whatever the read and write sizes", "[stream]") {
+    builder b = test_builder();
+    stream_listener l = stream::serve(b, any_port());
+    const std::uint64_t total = std::uint64_t(1) << 30;  // 1 GiB
+    auto server = [](stream_listener& l, std::uint64_t* wrong) -> task<std::uint64_t> {
+        stream s = co_await l.accept();
+        std::uint64_t got = co_await read_pattern(std::move(s), 2, wrong);
+        co_return got;
+    };
+    auto client = [](builder b, std::string address, std::uint64_t total) -> task<void> {
+        stream s = co_await stream::connect(b, address);
+        co_await write_pattern(std::move(s), total, 1);
+    };
+    std::uint64_t wrong = 0;
+    auto start = std::chrono::steady_clock::now();
+    auto [got, done] = sync_wait(when_all(server(l, &wrong), client(b, l.address(), total)));
+    (void)done;
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    WARN("1 GiB through a stream in " << seconds << " s");
+    CHECK(got == total);
+    CHECK(wrong == 0);
+}
+
+TEST_CASE("reads may be partial; end of stream is 0; half close leaves the other way open", "[stream]") {
+    builder b = test_builder();
+    stream_listener l = stream::serve(b, any_port());
+    auto server = [](stream_listener& l) -> task<std::vector<std::size_t>> {
+        stream s = co_await l.accept();
+        std::vector<std::size_t> sizes;
+        std::vector<std::byte> small(10);
+        std::string got;
+        for (;;) {
+            std::size_t n = co_await s.read(small);
+            sizes.push_back(n);
+            if (n == 0)
+                break;
+            got += text_of(std::span(small).first(n));
+        }
+        // The client half-closed: this side still writes, then closes.
+        std::string reply = "got " + std::to_string(got.size()) + ": " + got.substr(0, 5);
+        co_await s.write(bytes_of(reply));
+        co_await s.close();
+        co_return sizes;
+    };
+    auto client = [](builder b, std::string address) -> task<std::string> {
+        stream s = co_await stream::connect(b, address);
+        std::string text(95, 'x');
+        text.replace(0, 5, "hello");
+        co_await s.write(bytes_of(text));
+        co_await s.shutdown_write();
+        bool refused = false;
+        try {
+            co_await s.write(bytes_of(text));
+        } catch (const std::logic_error&) {
+            refused = true;
+        }
+        REQUIRE(refused);
+        std::vector<std::byte> reply(64);
+        std::string got;
+        for (;;) {
+            std::size_t n = co_await s.read(reply);
+            if (n == 0)
+                break;
+            got += text_of(std::span(reply).first(n));
+        }
+        // End of stream stays end of stream.
+        std::size_t again = co_await s.read(reply);
+        REQUIRE(again == 0);
+        co_await s.close();
+        co_return got;
+    };
+    auto [sizes, reply] = sync_wait(when_all(server(l), client(b, l.address())));
+    CHECK(reply == "got 95: hello");
+    REQUIRE(sizes.size() == 11);
+    for (std::size_t i = 0; i < 9; ++i)
+        CHECK(sizes[i] == 10);
+    CHECK(sizes[9] == 5);
+    CHECK(sizes[10] == 0);
+}
+
+TEST_CASE("read_exactly fills the buffer or names how much the stream lacked", "[stream]") {
+    builder b = test_builder();
+    stream_listener l = stream::serve(b, any_port());
+    auto server = [](stream_listener& l) -> task<std::string> {
+        stream s = co_await l.accept();
+        std::vector<std::byte> first(6);
+        co_await s.read_exactly(first);
+        std::vector<std::byte> rest(100);
+        std::string error;
+        try {
+            co_await s.read_exactly(rest);
+        } catch (const std::system_error& e) {
+            error = e.what();
+        }
+        co_await s.close();
+        co_return text_of(first) + "|" + error;
+    };
+    auto client = [](builder b, std::string address) -> task<void> {
+        stream s = co_await stream::connect(b, address);
+        co_await s.write(bytes_of("abc"));
+        co_await s.write(bytes_of("defghi"));  // 9 bytes in all
+        co_await s.close();
+    };
+    auto [got, done] = sync_wait(when_all(server(l), client(b, l.address())));
+    (void)done;
+    CHECK(got.substr(0, 7) == "abcdef|");
+    CHECK(got.find("97 bytes short of 100") != std::string::npos);
+}
+
+TEST_CASE("a reader that sleeps makes the writer wait, with no error and bounded memory", "[stream]") {
+    builder b = test_builder();
+    builder client_b = test_builder();
+    stream_listener l = stream::serve(b, any_port());
+    const std::uint64_t total = 64 << 20;
+    std::atomic<std::uint64_t> written{0};
+    auto server = [](stream_listener& l, std::atomic<std::uint64_t>* written, std::uint64_t total)
+        -> task<std::pair<std::uint64_t, std::uint64_t>> {
+        stream s = co_await l.accept();
+        // Sleep (on a timer, not the thread) while the writer writes.
+        co_await [](std::shared_ptr<event_listener> el) -> task<void> {
+            struct sleeper {
+                std::shared_ptr<event_listener> el;
+                bool await_ready() { return false; }
+                void await_suspend(std::coroutine_handle<> h) {
+                    el->call_after(1s, [h] { h.resume(); });
+                }
+                void await_resume() {}
+            };
+            sleeper z{el};
+            co_await z;
+        }(s.connection().event_listener());
+        std::uint64_t before = written->load();
+        std::uint64_t wrong = 0;
+        std::uint64_t got = co_await read_pattern(std::move(s), 5, &wrong);
+        (void)total;
+        co_return std::pair{before, got + wrong * 0};
+    };
+    auto client = [](builder b, std::string address, std::atomic<std::uint64_t>* written, std::uint64_t total,
+                     std::size_t* peak) -> task<void> {
+        stream s = co_await stream::connect(b, address);
+        std::vector<std::byte> block(8192);
+        for (std::uint64_t at = 0; at < total; at += block.size()) {
+            fill_from(block, at);
+            co_await s.write(block);
+            written->store(at + block.size());
+            *peak = std::max(*peak, b.pool()->bytes_in_use());
+        }
+        co_await s.close();
+    };
+    std::size_t peak = 0;
+    auto [seen, done] = sync_wait(when_all(server(l, &written, total), client(client_b, l.address(), &written, total, &peak)));
+    (void)done;
+    // While the reader slept the writer got at most a window of 8 KiB
+    // writes ahead (16 inline frames by default), and used no memory for it
+    // beyond the link's fixed slots.
+    CHECK(seen.first <= 16 * 8192);
+    CHECK(seen.second == total);
+    CHECK(peak < (8u << 20));
+}
+
+TEST_CASE("a peer process killed mid-stream fails the reader promptly", "[stream]") {
+    builder b = test_builder();
+    stream_listener l = stream::serve(b, any_port());
+    test::peer_process writer({"stream", l.address()});
+    stream s = sync_wait(l.accept());
+    std::vector<std::byte> buffer(1 << 20);
+    std::uint64_t got = 0;
+    while (got < (8u << 20)) {
+        std::size_t n = sync_wait(s.read(buffer));
+        REQUIRE(n > 0);
+        for (std::size_t k = 0; k < n; ++k)
+            REQUIRE(buffer[k] == std::byte{7});
+        got += n;
+    }
+    writer.kill_now();
+    auto killed = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+        for (;;) {
+            std::size_t n = sync_wait(s.read(buffer));
+            REQUIRE(n > 0);  // what arrived before the kill, then the error
+        }
+    } catch (const std::system_error& e) {
+        error = e.what();
+    }
+    auto took = std::chrono::steady_clock::now() - killed;
+    INFO(error);
+    CHECK(took < 5s);
+    CHECK(error.find(l.address().substr(0, l.address().rfind(':'))) != std::string::npos);
+    bool write_failed = false;
+    try {
+        sync_wait(s.write(bytes_of("anyone?")));
+    } catch (const std::system_error&) {
+        write_failed = true;
+    }
+    CHECK(write_failed);
+    sync_wait(s.close());
+}
+
+TEST_CASE("64 streams to one server at once, each echoed intact", "[stream]") {
+    builder b = test_builder();
+    builder clients = test_builder();
+    stream_listener l = stream::serve(b, any_port());
+    constexpr int count = 64;
+    auto echo = [](stream s) -> task<void> {
+        std::vector<std::byte> buffer(100000);
+        for (;;) {
+            std::size_t n = co_await s.read(buffer);
+            if (n == 0)
+                break;
+            co_await s.write(std::span<const std::byte>(buffer.data(), n));
+        }
+        co_await s.close();
+    };
+    // Every accept waits at once, as a server's accept loop that starts
+    // each session as it comes; the deadline turns a lost client into a
+    // failure instead of a hang.
+    test::deadline limit(120s);
+    auto session = [](stream_listener& l, decltype(echo) echo, std::stop_token token) -> task<void> {
+        stream s = co_await l.accept(token);
+        co_await echo(std::move(s));
+    };
+    auto server = [](stream_listener& l, decltype(session) session, decltype(echo) echo,
+                     std::stop_token token) -> task<void> {
+        std::vector<task<void>> sessions;
+        for (int i = 0; i < count; ++i)
+            sessions.push_back(session(l, echo, token));
+        co_await when_all(std::move(sessions));
+    };
+    auto client = [](builder b, std::string address, int id) -> task<int> {
+        stream s = co_await stream::connect(b, address);
+        std::vector<std::byte> out(200000), in(200000);
+        fill_from(out, static_cast<std::uint64_t>(id) * 1000003);
+        auto reader = [](stream& s, std::vector<std::byte>& in) -> task<void> {
+            co_await s.read_exactly(in);
+        };
+        auto writer = [](stream& s, std::vector<std::byte>& out) -> task<void> {
+            co_await s.write(out);
+            co_await s.shutdown_write();
+        };
+        co_await when_all(reader(s, in), writer(s, out));
+        co_await s.close();
+        co_return in == out ? 1 : 0;
+    };
+    std::vector<task<int>> all;
+    for (int i = 0; i < count; ++i)
+        all.push_back(client(clients, l.address(), i));
+    auto [served, results] = sync_wait(when_all(server(l, session, echo, limit.token()), when_all(std::move(all))));
+    (void)served;
+    int intact = 0;
+    for (int r : results)
+        intact += r;
+    CHECK(intact == count);
+}
