@@ -450,6 +450,7 @@ static void test_null_context(void) {
     NULL_CTX(cordma_accept_grant(NULL, 0, &remote), "cordma_accept_grant");
     NULL_CTX(cordma_write(NULL, &remote, 0, buf, 1), "cordma_write");
     NULL_CTX(cordma_read(NULL, &remote, 0, buf, 1), "cordma_read");
+    NULL_CTX(cordma_grant_ended(NULL, &remote), "cordma_grant_ended");
     NULL_CTX(cordma_release(NULL, &remote), "cordma_release");
 #undef NULL_CTX
     CHECK(cordma_peer_count(NULL) == -1);
@@ -849,6 +850,19 @@ static void test_barrier(star *s) {
 }
 
 /* Grants: the server lends memory to the clients. */
+/* Waits (10 s at most) until `ctx` has heard that the owner ended `r`. */
+static bool wait_grant_ended(cordma_context *ctx, const cordma_remote *r) {
+    double until = now() + 10;
+    for (;;) {
+        int ended = cordma_grant_ended(ctx, r);
+        if (ended != 0)
+            return ended == 1;
+        if (now() > until)
+            return false;
+        pause_ms(1);
+    }
+}
+
 static void test_grants(star *s) {
     enum { SIZE = 8192 };
     uint8_t *mem = xmalloc(SIZE), *ro = xmalloc(SIZE), *shared = xmalloc(256);
@@ -944,8 +958,14 @@ static void test_grants(star *s) {
     CHECK(cordma_read(s->c2, &r2, 0, back, 1) == -1); /* write only */
     CHECK(errno == EINVAL);
 
+    CHECK(cordma_grant_ended(s->c1, &r1) == 0);
     CHECK(cordma_revoke(s->server, shared) == 2);
     memset(shared, 0, 256);
+    /* The revoke reaches the holders by message: an access before it
+       arrives would fail in the hardware and close the connection, so
+       each holder waits until it has heard (bounded). */
+    CHECK(wait_grant_ended(s->c1, &r1));
+    CHECK(wait_grant_ended(s->c2, &r2));
     errno = 0;
     CHECK(cordma_write(s->c1, &r1, 0, data, 8) == -1);
     CHECK(errno == EACCES);
@@ -958,6 +978,7 @@ static void test_grants(star *s) {
     int ended = cordma_revoke(s->server, ro); /* released already: 0, or 1 if the release is not seen yet */
     CHECK(ended == 0 || ended == 1);
     CHECK(cordma_revoke(s->server, mem) == 1);
+    CHECK(wait_grant_ended(s->c1, &remote));
     errno = 0;
     CHECK(cordma_write(s->c1, &remote, 0, data, 8) == -1);
     CHECK(errno == EACCES);

@@ -266,8 +266,10 @@ typedef struct cordma_remote {
  *  Returns 0, or -1. */
 CORDMA_C_API int cordma_grant(cordma_context *ctx, int peer, void *buf, size_t len, unsigned access);
 
-/** Ends every grant of `buf` (to any peer): their accesses fail from now
- *  on, and the registration goes. Returns how many grants ended, or -1. */
+/** Ends every grant of `buf` (to any peer) and deregisters it. Returns how
+ *  many grants ended, or -1. The peers are told by message: an access that
+ *  crosses it fails in the hardware and closes that peer's connection, so
+ *  revoke once the peers are done (see cordma_grant_ended). */
 CORDMA_C_API int cordma_revoke(cordma_context *ctx, void *buf);
 
 /** Takes the next grant `peer` made with cordma_grant into `*remote`.
@@ -285,6 +287,14 @@ CORDMA_C_API int cordma_write(cordma_context *ctx, const cordma_remote *remote, 
  *  peer revoked it. */
 CORDMA_C_API int cordma_read(cordma_context *ctx, const cordma_remote *remote, uint64_t offset, void *dst,
                              size_t len);
+
+/** Whether the owner has ended the grant (cordma_revoke, or its context
+ *  went) and this side has heard of it: 1 yes, 0 not yet, -1 for a bad
+ *  argument. The owner's word travels as a message, so just after a
+ *  revoke this may still say 0; an access then is refused by the hardware,
+ *  which closes the connection. A program that revokes while its peer may
+ *  still access tells the peer first, or the peer waits for this to say 1. */
+CORDMA_C_API int cordma_grant_ended(cordma_context *ctx, const cordma_remote *remote);
 
 /** Lets go of a grant taken with cordma_accept_grant (the owner is told).
  *  Returns 0, or -1. */

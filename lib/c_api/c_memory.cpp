@@ -141,6 +141,15 @@ cordma::task<int> read_task(cordma_context* ctx, std::shared_ptr<peer_state> p, 
     co_return 0;
 }
 
+/// Whether the owner ended grant `id` (the grants live on the event
+/// listener thread: asked there).
+cordma::task<int> grant_ended_task(std::shared_ptr<peer_state> p, std::uint64_t id) {
+    auto it = p->grants.find(id);
+    if (it == p->grants.end())
+        throw c_failure(EINVAL, "grant " + std::to_string(id) + " of " + p->name + " is not held");
+    co_return it->second.expired() ? 1 : 0;
+}
+
 /// Drops the remote_mr, which tells the owner (on the listener thread).
 cordma::task<int> release_task(std::shared_ptr<peer_state> p, std::uint64_t id) {
     auto it = p->grants.find(id);
@@ -222,6 +231,17 @@ int cordma_read(cordma_context* ctx, const cordma_remote* remote, uint64_t offse
                      [&](cordma_context& c, std::shared_ptr<peer_state> p, cordma::remote_slice source) {
                          return read_task(&c, std::move(p), source, dst, len);
                      });
+}
+
+int cordma_grant_ended(cordma_context* ctx, const cordma_remote* remote) {
+    return c_entry<int>("cordma_grant_ended", ctx && remote ? subject_of(*ctx, remote->peer) : "", -1, [&] {
+        auto& c = checked_context(ctx);
+        if (remote == nullptr)
+            throw c_failure(EINVAL, "remote is NULL");
+        std::lock_guard lock(c.call_mutex);
+        auto p = peer_handle(c, remote->peer);
+        return run_call(c, grant_ended_task(p, remote->id), "the grant's state");
+    });
 }
 
 int cordma_release(cordma_context* ctx, cordma_remote* remote) {
