@@ -22,7 +22,7 @@
 #include <cordma/queue_pair.hpp>
 #include <cordma/receive_queue.hpp>
 #include <cordma/remote_slice.hpp>
-include <cordma/remote_mr.hpp>
+#include <cordma/remote_mr.hpp>
 #include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
