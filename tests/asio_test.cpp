@@ -2,13 +2,19 @@
 // executor's thread, not the listener's.
 
 #include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <asio.hpp>
 #include <catch2/catch.hpp>
 
 #include <cordma/asio.hpp>
+#include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
+#include <cordma/stream.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/when_all.hpp>
 
 #include "support/rxe_device.hpp"
 
@@ -70,4 +76,71 @@ TEST_CASE("a plain callback gets the result on the io_context thread", "[asio]")
     std::uint64_t now;
     std::memcpy(&now, word.data(), 8);
     CHECK(now == 7);
+}
+
+TEST_CASE("a line protocol runs through asio::async_read_until over a cordma stream", "[asio][stream]") {
+    builder b;
+    b.device(test::test_device_name());
+    stream_listener l = stream::serve(b, test::test_address() + ":0");
+    // The streams are made with cordma, then handed to Asio.
+    auto [server_side, client_side] = sync_wait(when_all(l.accept(), stream::connect(b, l.address())));
+
+    asio::io_context io;
+    asio_stream<asio::io_context::executor_type> server(std::move(server_side), io.get_executor());
+    asio_stream<asio::io_context::executor_type> client(std::move(client_side), io.get_executor());
+    constexpr int lines = 50;
+    std::vector<std::string> replies;
+    std::error_code server_end;
+    std::thread::id handlers_on;
+
+    // The server answers each line with its length, until end of stream.
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        std::string pending;
+        for (;;) {
+            std::size_t n = 0;
+            try {
+                n = co_await asio::async_read_until(server, asio::dynamic_buffer(pending), '\n', asio::use_awaitable);
+            } catch (const std::system_error& e) {
+                server_end = e.code();
+                break;
+            }
+            std::string line = pending.substr(0, n - 1);
+            pending.erase(0, n);
+            std::string reply = std::to_string(line.size()) + ":" + line + "\n";
+            co_await asio::async_write(server, asio::buffer(reply), asio::use_awaitable);
+        }
+        co_await async_run(server.next_layer().close(), asio::use_awaitable);
+    }, asio::detached);
+
+    // The client writes every line in one go (so lines arrive glued
+    // together), half-closes, and reads the replies line by line.
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        std::string all;
+        for (int i = 0; i < lines; ++i)
+            all += "line " + std::to_string(i) + std::string(static_cast<std::size_t>(i) * 37, 'x') + "\n";
+        co_await asio::async_write(client, asio::buffer(all), asio::use_awaitable);
+        co_await async_run(client.next_layer().shutdown_write(), asio::use_awaitable);
+        std::string pending;
+        for (;;) {
+            std::size_t n = 0;
+            try {
+                n = co_await asio::async_read_until(client, asio::dynamic_buffer(pending), '\n', asio::use_awaitable);
+            } catch (const std::system_error&) {
+                break;  // the server's end of stream
+            }
+            replies.push_back(pending.substr(0, n - 1));
+            pending.erase(0, n);
+        }
+        handlers_on = std::this_thread::get_id();
+        co_await async_run(client.next_layer().close(), asio::use_awaitable);
+    }, asio::detached);
+    io.run();
+
+    CHECK(server_end == asio::error::eof);
+    CHECK(handlers_on == std::this_thread::get_id());
+    REQUIRE(replies.size() == lines);
+    for (int i = 0; i < lines; ++i) {
+        std::string line = "line " + std::to_string(i) + std::string(static_cast<std::size_t>(i) * 37, 'x');
+        CHECK(replies[static_cast<std::size_t>(i)] == std::to_string(line.size()) + ":" + line);
+    }
 }

@@ -13,14 +13,20 @@
 
 #include <exception>
 #include <optional>
+#include <span>
+#include <system_error>
 #include <type_traits>
 #include <utility>
 
+#include <asio/any_io_executor.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/buffer.hpp>
+#include <asio/error.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 
+#include <cordma/stream.hpp>
 #include <cordma/task.hpp>
 #include <cordma/task_group.hpp>
 
@@ -81,5 +87,90 @@ auto async_run(task<T> work, CompletionToken&& token) {
         },
         token, std::move(work));
 }
+
+/// A cordma::stream as an Asio AsyncReadStream and AsyncWriteStream, so
+/// asio::async_read, asio::async_write and asio::async_read_until work on
+/// it:
+///
+///     cordma::asio_stream s(std::move(stream), io.get_executor());
+///     std::size_t n = co_await asio::async_read_until(s, asio::dynamic_buffer(line), '\n', asio::use_awaitable);
+///
+/// Handlers run on their associated executor (by default this object's).
+/// async_read_some fills the first non-empty buffer of the sequence as far
+/// as what has arrived allows and ends with asio::error::eof at the end of
+/// the stream; async_write_some writes the first non-empty buffer whole.
+/// One read and one write at a time, as with any Asio stream. Errors are
+/// the std::system_error's code of the stream's failure.
+template <class Executor = asio::any_io_executor>
+class asio_stream {
+public:
+    using executor_type = Executor;
+
+    asio_stream(stream s, Executor executor) : stream_(std::move(s)), executor_(std::move(executor)) {}
+
+    executor_type get_executor() const noexcept { return executor_; }
+    stream& next_layer() noexcept { return stream_; }
+
+    template <class MutableBufferSequence, class ReadToken>
+    auto async_read_some(const MutableBufferSequence& buffers, ReadToken&& token) {
+        asio::mutable_buffer first = first_of<asio::mutable_buffer>(buffers);
+        return asio::async_initiate<ReadToken, void(std::error_code, std::size_t)>(
+            [this](auto handler, asio::mutable_buffer b) {
+                std::span<std::byte> into(static_cast<std::byte*>(b.data()), b.size());
+                spawn_detached(complete(stream_.read(into), b.size() != 0, std::move(handler)));
+            },
+            token, first);
+    }
+
+    template <class ConstBufferSequence, class WriteToken>
+    auto async_write_some(const ConstBufferSequence& buffers, WriteToken&& token) {
+        asio::const_buffer first = first_of<asio::const_buffer>(buffers);
+        return asio::async_initiate<WriteToken, void(std::error_code, std::size_t)>(
+            [this](auto handler, asio::const_buffer b) {
+                std::span<const std::byte> from(static_cast<const std::byte*>(b.data()), b.size());
+                spawn_detached(complete(written(stream_, from), false, std::move(handler)));
+            },
+            token, first);
+    }
+
+private:
+    template <class Buffer, class Sequence>
+    static Buffer first_of(const Sequence& buffers) {
+        for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers); ++it) {
+            Buffer b(*it);
+            if (b.size() != 0)
+                return b;
+        }
+        return Buffer();
+    }
+
+    static task<std::size_t> written(stream s, std::span<const std::byte> from) {
+        co_await s.write(from);
+        co_return from.size();
+    }
+
+    /// Runs `work` and posts (error, bytes) to the handler's executor; a
+    /// read of a non-empty buffer that returns 0 is the end of the stream.
+    template <class Handler>
+    task<void> complete(task<std::size_t> work, bool zero_is_eof, Handler handler) {
+        auto executor = asio::get_associated_executor(handler, executor_);
+        auto outstanding = asio::make_work_guard(executor);
+        std::error_code error;
+        std::size_t n = 0;
+        try {
+            n = co_await std::move(work);
+            if (n == 0 && zero_is_eof)
+                error = asio::error::eof;
+        } catch (const std::system_error& e) {
+            error = e.code();
+        } catch (const std::exception&) {
+            error = std::make_error_code(std::errc::io_error);
+        }
+        asio::post(executor, [handler = std::move(handler), error, n]() mutable { std::move(handler)(error, n); });
+    }
+
+    stream stream_;
+    Executor executor_;
+};
 
 }  // namespace cordma

@@ -11,15 +11,15 @@
 ///
 /// Byte-stream semantics like TCP: ordered, no message boundaries, any
 /// sizes on either side. Underneath each write is one or more frames on a
-/// link (lib/link): up to `inline_size` bytes are copied into receives the
-/// reader keeps posted, with credits, so a writer waits for room and a slow
-/// reader causes neither receiver-not-ready errors nor growing memory on
-/// either side. A larger write is announced by address and the reader
-/// RDMA-READs it straight into its own buffer (in pieces, as its reads ask);
-/// the write returns once all of it has been read. The writer's memory is
-/// then either the caller's own, registered for the write (from
-/// `register_size` up), or a registered copy from the builder's pool
-/// (below it); a local_slice is used as it is.
+/// link (lib/link). Writes below `register_size` are cut into frames of up
+/// to `inline_size` bytes, copied into receives the reader keeps posted,
+/// with credits: a window of them is taken without the reader (like a
+/// socket buffer), then the writer waits for room, and a slow reader causes
+/// neither receiver-not-ready errors nor growing memory on either side.
+/// From `register_size` up (and from a local_slice larger than inline_size)
+/// a write is announced by address and the reader RDMA-READs it straight
+/// into its own buffer (in pieces, as its reads ask), zero-copy; that write
+/// returns once all of it has been read.
 ///
 /// Threads: coroutines resume on the event listener thread. One read and one
 /// write may run at once (full duplex); a second read while one runs (or a
@@ -56,8 +56,9 @@ struct CORDMA_API stream_options {
     /// (2 to 60).
     std::uint32_t window = 16;
     /// From this size a write registers the caller's memory for the peer to
-    /// read (zero-copy; registration costs about a page fault per page);
-    /// below it, the bytes are copied into registered memory from the pool.
+    /// read (zero-copy; registration costs about a page fault per page, and
+    /// the write waits for the reader); below it, the bytes are copied into
+    /// the reader's posted receives, inline_size at a time.
     std::size_t register_size = 1 << 20;
     /// A peer that leaves pings unanswered this long, while a read or write
     /// waits on it, is taken for gone (its host powered off). At least 1 s.

@@ -202,15 +202,11 @@ task<void> stream_state::write_frame(std::span<const std::byte> bytes, local_sli
         co_await link_->send_inline(h, bytes, token);
     } else if (registered.block()) {
         co_await link_->send(h, registered, token);
-    } else if (bytes.size() >= options_.register_size) {
+    } else {
+        // From register_size up (write() sends smaller ones inline).
         local_mr source = register_local_mr(builder_.pd(), const_cast<std::byte*>(bytes.data()), bytes.size(),
                                             access_flags::remote_read);
         local_slice from = source.all();
-        co_await link_->send(h, from, token);
-    } else {
-        local_mr staging = builder_.pool()->allocate(bytes.size());
-        std::memcpy(staging.data(), bytes.data(), bytes.size());
-        local_slice from = staging.all();
         co_await link_->send(h, from, token);
     }
 }
@@ -231,9 +227,17 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
     writing_ = true;
     std::exception_ptr error;
     try {
+        // Below register_size (and from unregistered memory) bytes go as
+        // inline frames, copied into the reader's receives: like a TCP
+        // socket buffer, a window of them is taken without the reader, so a
+        // protocol that writes a request and only then reads cannot
+        // deadlock on a medium-sized write. From register_size up (or from
+        // registered memory) they go zero-copy, read by the reader.
         std::size_t offset = 0;
         while (offset < bytes.size()) {
-            std::size_t n = std::min(bytes.size() - offset, largest_frame);
+            std::size_t left = bytes.size() - offset;
+            bool copied = !registered.block() && left < options_.register_size;
+            std::size_t n = copied ? std::min(left, link_->eager_size()) : std::min(left, largest_frame);
             local_slice part = registered.block() ? registered.slice(offset, n) : local_slice{};
             co_await write_frame(bytes.subspan(offset, n), part, token);
             offset += n;
