@@ -24,12 +24,11 @@ using clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::size_t largest_buffer = std::size_t(1) << 20;
 constexpr int largest_window = 60;
 
 void check_config(const cordma_config& c) {
     auto bad = [](const std::string& what) { throw c_failure(EINVAL, "cordma_config." + what); };
-    if (c.buffer_size < 64 || c.buffer_size > largest_buffer)
+    if (c.buffer_size < smallest_inline || c.buffer_size > largest_inline)
         bad("buffer_size is " + std::to_string(c.buffer_size) + " bytes; it must be 64 B to 1 MiB");
     if (c.window < 2 || c.window > largest_window)
         bad("window is " + std::to_string(c.window) + "; it must be 2 to " + std::to_string(largest_window));
@@ -247,24 +246,9 @@ void peer_state::fail(std::errc code, const std::string& why, int, bool tell_pee
     if (disconnected)
         return;
     disconnected = true;
-    auto listener = conn.event_listener();
-    spawn_detached(
-        [](std::shared_ptr<peer_state> self, std::shared_ptr<event_listener> listener) -> task<void> {
-            std::stop_source stop;
-            auto timer = listener->call_after(std::chrono::seconds(2), [stop]() mutable { stop.request_stop(); });
-            if (!self->link->lost() && !self->conn.is_broken()) {
-                try {
-                    std::stop_token token = stop.get_token();
-                    co_await self->link->drain(token);
-                } catch (const std::exception&) {
-                }
-            }
-            timer->cancel();
-            self->held.reset();
-            self->grants.clear();
-            co_await self->conn.close();
-        }(shared_from_this(), listener),
-        [](std::exception_ptr) {});
+    held.reset();
+    grants.clear();
+    link->close_soon();
 }
 
 void peer_state::throw_failure() const {

@@ -13,8 +13,6 @@ namespace wire = link_wire;
 
 namespace {
 
-constexpr std::size_t largest_inline = std::size_t(1) << 20;
-
 const char* module_of(std::uint64_t mark) {
     if (mark == c_api_hello_mark)
         return "a cordma C API context";
@@ -56,7 +54,7 @@ task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, s
     t.inline_size = static_cast<std::size_t>(theirs->addr);
     if (t.window < 2 || t.window > 4096)
         refuse("its window of " + std::to_string(t.window) + " frames is out of range");
-    if (t.inline_size < 64 || t.inline_size > largest_inline)
+    if (t.inline_size < smallest_inline || t.inline_size > largest_inline)
         refuse("its inline size of " + std::to_string(t.inline_size) + " bytes is out of range");
     co_return t;
 }

@@ -25,6 +25,10 @@ namespace cordma::detail {
 inline constexpr std::uint64_t c_api_hello_mark = 0x4341504900000001ull;  // "CAPI", 1
 inline constexpr std::uint64_t stream_hello_mark = 0x5354524d00000001ull; // "STRM", 1
 
+/// The inline sizes a link takes (a side's receives hold one frame each).
+inline constexpr std::size_t smallest_inline = 64;
+inline constexpr std::size_t largest_inline = std::size_t(1) << 20;
+
 /// What one side's hello says.
 struct link_terms {
     std::uint32_t window = 0;      // credit-counted frames the sender may receive in flight

@@ -398,6 +398,25 @@ void peer_link::send_abort(std::uint32_t rank_at_fault, const std::string& why) 
     send_control(h, why.substr(0, max_abort_reason));
 }
 
+void peer_link::close_soon() {
+    spawn_detached(
+        [](std::shared_ptr<peer_link> self) -> task<void> {
+            std::stop_source stop;
+            auto timer = self->listener_->call_after(std::chrono::seconds(2), [stop]() mutable { stop.request_stop(); });
+            if (!self->lost_ && !self->conn_.is_broken()) {
+                try {
+                    std::stop_token token = stop.get_token();
+                    co_await self->drain(token);
+                } catch (const std::exception&) {
+                    // 2 s passed: close anyway (what is in flight is flushed).
+                }
+            }
+            timer->cancel();
+            co_await self->conn_.close();
+        }(shared_from_this()),
+        [](std::exception_ptr) {});
+}
+
 task<void> peer_link::drain(std::stop_token token) {
     auto self = shared_from_this();
     if (in_flight_ == 0)

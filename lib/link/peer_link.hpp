@@ -154,6 +154,9 @@ public:
     /// The group failed: every waiting take, send and fin wait wakes and
     /// throws the group's error.
     void close_queues();
+    /// After its owner failed: closes the connection once the frames in
+    /// flight (an abort, say) have left, or 2 s passed; returns at once.
+    void close_soon();
     /// Waits until every frame posted so far has completed (sent, or
     /// flushed by a broken connection): before closing. Throws
     /// operation_cancelled if `token` stops first.

@@ -39,7 +39,7 @@ void check_stream_options(const stream_options& o, const char* call) {
     auto bad = [call](const std::string& what) {
         throw std::invalid_argument(std::string(call) + ": stream_options::" + what);
     };
-    if (o.inline_size < 64 || o.inline_size > (std::size_t(1) << 20))
+    if (o.inline_size < smallest_inline || o.inline_size > largest_inline)
         bad("inline_size is " + std::to_string(o.inline_size) + " bytes; it must be 64 B to 1 MiB");
     if (o.window < 2 || o.window > 60)
         bad("window is " + std::to_string(o.window) + "; it must be 2 to 60");
@@ -68,23 +68,9 @@ void stream_state::fail(std::errc code, const std::string& why, int, bool tell_p
     if (closed_)
         return;
     closed_ = true;
-    // The connection goes once the abort has left (2 s at most).
-    spawn_detached(
-        [](std::shared_ptr<stream_state> self) -> task<void> {
-            std::stop_source stop;
-            auto timer = self->listener_->call_after(std::chrono::seconds(2), [stop]() mutable { stop.request_stop(); });
-            if (!self->link_->lost() && !self->conn_.is_broken()) {
-                try {
-                    std::stop_token token = stop.get_token();
-                    co_await self->link_->drain(token);
-                } catch (const std::exception&) {
-                }
-            }
-            timer->cancel();
-            self->current_.reset();
-            co_await self->conn_.close();
-        }(shared_from_this()),
-        [](std::exception_ptr) {});
+    // The connection goes once the abort has left (2 s at most). The frame
+    // being read stays until the state goes: a read may still be inside it.
+    link_->close_soon();
 }
 
 void stream_state::throw_failure() const {
@@ -257,14 +243,18 @@ task<void> stream_state::shutdown_write() {
         co_return;
     if (failure_)
         throw_failure();
+    keepalive_scope alive(this);
+    co_await send_end({});
+}
+
+task<void> stream_state::send_end(std::stop_token token) {
     write_shut_ = true;
     wire::header h;
     h.op = wire::collective::stream;
     h.extra = end_frame;
     h.seq = ++next_seq_;
-    keepalive_scope alive(this);
     std::span<const std::byte> none;
-    co_await link_->send_inline(h, none, {});
+    co_await link_->send_inline(h, none, token);
 }
 
 task<void> stream_state::close() {
@@ -277,14 +267,8 @@ task<void> stream_state::close() {
     auto timer = listener_->call_after(options_.peer_timeout, [stop]() mutable { stop.request_stop(); });
     std::stop_token token = stop.get_token();
     if (!failure_ && !write_shut_) {
-        write_shut_ = true;
-        wire::header h;
-        h.op = wire::collective::stream;
-        h.extra = end_frame;
-        h.seq = ++next_seq_;
-        std::span<const std::byte> none;
         try {
-            co_await link_->send_inline(h, none, token);
+            co_await send_end(token);
         } catch (const std::exception&) {
             // The peer is gone or not reading: close anyway.
         }

@@ -52,6 +52,8 @@ private:
     void keepalive_stop();
     void tick();
     [[noreturn]] void throw_closed(const char* call) const;
+    /// Sends the end of stream (once: write_shut_ is set first).
+    task<void> send_end(std::stop_token token);
     task<void> write_frame(std::span<const std::byte> bytes, local_slice registered, std::stop_token token);
 
     cordma::builder builder_;
