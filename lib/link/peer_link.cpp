@@ -30,6 +30,7 @@ peer_link::peer_link(std::weak_ptr<link_owner> core, int rank, std::string name,
       receive_eager_(receive_eager),
       slots_(std::move(slots)),
       slot_size_(frame_size(eager_size)),
+      slot_freed_(waiter_queue<bool>::make(listener_)),
       credits_(waiter_queue<bool>::make(listener_)),
       inbox_(waiter_queue<inbound_frame>::make(listener_)),
       fins_(waiter_queue<wire::header>::make(listener_)),
@@ -81,6 +82,7 @@ void peer_link::connection_lost(const std::string& why) {
     lost_ = true;
     gone_reason_ = why;
     credits_->close();
+    slot_freed_->close();
     inbox_->close_keeping_values();
     fins_->close_keeping_values();
 }
@@ -93,7 +95,7 @@ void peer_link::link_gone() const {
                        true);
         core->throw_failure();
     }
-    throw group_error(std::errc::connection_aborted, "cordma::group: the group is gone");
+    throw group_error(std::errc::connection_aborted, "cordma: " + name_ + ": its owner is gone");
 }
 
 void peer_link::on_frame(wire::header h, received_message m) {
@@ -157,9 +159,29 @@ void peer_link::credit_returned(std::uint32_t acked) {
         credits_->push(true);
 }
 
+task<std::size_t> peer_link::wait_slot(std::stop_token token) {
+    auto self = shared_from_this();
+    while (free_slots_.empty() || !pending_control_.empty()) {
+        ++slot_waiters_;
+        std::optional<bool> freed;
+        std::exception_ptr error;
+        try {
+            freed = co_await slot_freed_->pop(token, "send", name_);
+        } catch (...) {
+            error = std::current_exception();
+        }
+        --slot_waiters_;
+        if (error)
+            std::rethrow_exception(error);
+        if (!freed)
+            link_gone();
+    }
+    co_return take_slot();
+}
+
 std::size_t peer_link::take_slot() {
     if (free_slots_.empty())
-        throw std::logic_error("cordma::group: " + name_ + ": no send slot free (internal error)");
+        throw std::logic_error("cordma: " + name_ + ": no send slot free (internal error)");
     std::size_t s = free_slots_.back();
     free_slots_.pop_back();
     return s;
@@ -175,7 +197,7 @@ void peer_link::post_slot(std::size_t slot, std::size_t length) {
             } catch (...) {
                 error = std::current_exception();
             }
-            self->free_slots_.push_back(slot);
+            self->slot_done(slot);
             // A failed send means the connection broke. The receives may
             // not flush at once (rxe flushes them only when its responder
             // next runs), so do not wait for the dispatcher to see it.
@@ -194,7 +216,28 @@ void peer_link::post_slot(std::size_t slot, std::size_t length) {
         [](std::exception_ptr) {});
 }
 
+void peer_link::slot_done(std::size_t slot) {
+    free_slots_.push_back(slot);
+    if (!pending_control_.empty()) {
+        pending_control c = std::move(pending_control_.front());
+        pending_control_.pop_front();
+        send_control(c.header, c.payload);
+    } else if (slot_waiters_ > 0) {
+        slot_freed_->push(true);
+    }
+}
+
 void peer_link::send_control(wire::header h, const std::string& payload) {
+    if (free_slots_.empty()) {
+        // A credit frame waiting already will carry the newest `acked`.
+        bool credit_waiting = h.type == wire::frame::credit &&
+                              std::any_of(pending_control_.begin(), pending_control_.end(), [](const pending_control& c) {
+                                  return c.header.type == wire::frame::credit;
+                              });
+        if (!credit_waiting)
+            pending_control_.push_back(pending_control{h, payload});
+        return;
+    }
     std::size_t slot = take_slot();
     h.acked = handled_;
     acked_sent_ = handled_;
@@ -208,20 +251,16 @@ void peer_link::send_control(wire::header h, const std::string& payload) {
 void peer_link::throw_group_failure() const {
     if (auto core = core_.lock())
         core->throw_failure();
-    throw group_error(std::errc::connection_aborted, "cordma::group: the group is gone");
+    throw group_error(std::errc::connection_aborted, "cordma: " + name_ + ": its owner is gone");
 }
 
 task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token token) {
     auto self = shared_from_this();
-    std::optional<bool> credit = co_await credits_->pop(token, "group send", name_);
-    if (!credit)
-        link_gone();
-    ++sent_;
+    std::size_t slot = co_await credit_and_slot(token);
     if (payload.size() <= eager_size_) {
-        post_inline(h, std::span<const std::byte>(payload.data(), payload.size()));
+        post_inline(slot, h, std::span<const std::byte>(payload.data(), payload.size()));
         co_return;
     }
-    std::size_t slot = take_slot();
     std::byte* at = slots_.data() + slot * slot_size_;
     h.acked = handled_;
     acked_sent_ = handled_;
@@ -245,8 +284,7 @@ task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token 
     }
 }
 
-void peer_link::post_inline(wire::header h, std::span<const std::byte> payload) {
-    std::size_t slot = take_slot();
+void peer_link::post_inline(std::size_t slot, wire::header h, std::span<const std::byte> payload) {
     std::byte* at = slots_.data() + slot * slot_size_;
     h.acked = handled_;
     acked_sent_ = handled_;
@@ -263,11 +301,28 @@ task<void> peer_link::send_inline(wire::header h, std::span<const std::byte> pay
         throw std::logic_error("cordma: " + name_ + ": an inline frame of " + std::to_string(payload.size()) +
                                " bytes, over the eager size (internal error)");
     auto self = shared_from_this();
+    std::size_t slot = co_await credit_and_slot(token);
+    post_inline(slot, h, payload);
+}
+
+task<std::size_t> peer_link::credit_and_slot(std::stop_token token) {
+    auto self = shared_from_this();
     std::optional<bool> credit = co_await credits_->pop(token, "send", name_);
     if (!credit)
         link_gone();
+    std::size_t slot = 0;
+    std::exception_ptr error;
+    try {
+        slot = co_await wait_slot(token);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    if (error) {
+        credits_->push(true);  // nothing was sent: the credit stays for the next frame
+        std::rethrow_exception(error);
+    }
     ++sent_;
-    post_inline(h, payload);
+    co_return slot;
 }
 
 std::string peer_link::describe(const wire::header& h) const {
@@ -437,6 +492,7 @@ task<void> peer_link::drain(std::stop_token token) {
 
 void peer_link::close_queues() {
     credits_->close();
+    slot_freed_->close();
     inbox_->close();
     fins_->close();
 }

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <system_error>
@@ -170,10 +171,24 @@ private:
     /// Posts a frame from slot `slot` (header already encoded, `length`
     /// bytes in all) without waiting for its completion; frees the slot then.
     void post_slot(std::size_t slot, std::size_t length);
-    /// Encodes `h` as a data frame with `payload` into a free slot and posts it.
-    void post_inline(link_wire::header h, std::span<const std::byte> payload);
+    /// Encodes `h` as a data frame with `payload` into `slot` and posts it.
+    void post_inline(std::size_t slot, link_wire::header h, std::span<const std::byte> payload);
+    /// A free send slot (data and rts frames): waits while every slot holds
+    /// a frame whose send has not completed yet. That happens on a lossy
+    /// link: the peer's frames can return credit (it handled ours) before
+    /// the RC acknowledgements that complete our sends arrive.
+    task<std::size_t> wait_slot(std::stop_token token);
+    /// Room in the window, then a slot; counts the frame as sent (a
+    /// cancelled wait gives the credit back).
+    task<std::size_t> credit_and_slot(std::stop_token token);
     std::size_t take_slot();
+    /// Sends a control frame (fin, credit, ping, abort) now, or as soon as a
+    /// slot frees (before any waiting data frame) when none is free; its
+    /// `acked` is encoded when it is posted.
     void send_control(link_wire::header h, const std::string& payload = {});
+    /// A slot's send completed: to a pending control frame, a waiting data
+    /// frame, or the free list.
+    void slot_done(std::size_t slot);
     [[noreturn]] void throw_group_failure() const;
     /// A wait found the connection gone and nothing left: fails the group
     /// naming this peer, and throws its error.
@@ -198,6 +213,13 @@ private:
     local_mr slots_;
     std::size_t slot_size_;
     std::vector<std::size_t> free_slots_;
+    std::shared_ptr<waiter_queue<bool>> slot_freed_;   // wakes a wait_slot
+    std::uint32_t slot_waiters_ = 0;
+    struct pending_control {
+        link_wire::header header;
+        std::string payload;
+    };
+    std::deque<pending_control> pending_control_;      // waiting for a slot
 
     std::shared_ptr<waiter_queue<bool>> credits_;      // one per frame we may still send
     std::shared_ptr<waiter_queue<inbound_frame>> inbox_;
