@@ -16,6 +16,9 @@
 /// with credits: a window of them is taken without the reader (like a
 /// socket buffer), then the writer waits for room, and a slow reader causes
 /// neither receiver-not-ready errors nor growing memory on either side.
+/// While the window is full, small writes are gathered into one batch (up
+/// to inline_size bytes) and return at once; the batch goes as one frame
+/// when credit returns.
 /// From `register_size` up (and from a local_slice larger than inline_size)
 /// a write is announced by address and the reader RDMA-READs it straight
 /// into its own buffer (in pieces, as its reads ask), zero-copy; that write
@@ -67,6 +70,16 @@ struct CORDMA_API stream_options {
 
 class stream_listener;
 
+/// What a stream has carried so far (like TCP_INFO): read from any thread.
+struct stream_statistics {
+    std::uint64_t bytes_written = 0;  ///< handed to writes that returned
+    std::uint64_t bytes_read = 0;     ///< returned by reads
+    /// Data frames sent: inline frames (one per write, or one per batch of
+    /// small writes gathered while the window was full) and announced
+    /// zero-copy frames. bytes_written / frames_sent is the batching.
+    std::uint64_t frames_sent = 0;
+};
+
 class CORDMA_API stream {
 public:
     /// An empty handle: every call throws std::logic_error.
@@ -108,6 +121,8 @@ public:
 
     /// The peer, as errors name it ("10.0.0.2:7600").
     const std::string& peer() const;
+    /// Bytes and frames so far.
+    stream_statistics statistics() const;
     /// The underlying connection (its builder settings, its QP).
     const cordma::connection& connection() const;
 

@@ -89,6 +89,8 @@ public:
     }
 
     bool closed() const noexcept { return closed_; }
+    /// Values waiting for a pop (a pop now would not wait).
+    std::size_t ready() const noexcept { return values_.size(); }
 
     /// Removes the values `pred` picks (e.g. a client that went away).
     template <class Pred>

@@ -119,6 +119,18 @@ public:
     /// The same for a payload of at most eager_size() bytes, copied from
     /// memory that need not be registered.
     task<void> send_inline(link_wire::header h, std::span<const std::byte> payload, std::stop_token token);
+    /// Whether an inline frame sent now would go at once: a credit and a
+    /// slot are free and nothing waits for them.
+    bool can_send_now() const noexcept {
+        return credits_->ready() > 0 && !free_slots_.empty() && pending_control_.empty() && slot_waiters_ == 0;
+    }
+    /// Room in the window, then a slot; counts the frame as sent (a
+    /// cancelled wait gives the credit back). With post_inline, for a
+    /// sender that fills the frame only once it may go (a stream's batch).
+    task<std::size_t> credit_and_slot(std::stop_token token);
+    /// Encodes `h` as a data frame with `payload` into `slot` (from
+    /// credit_and_slot) and posts it.
+    void post_inline(std::size_t slot, link_wire::header h, std::span<const std::byte> payload);
     /// Credit-counted frames sent so far (a send that returned early by
     /// cancellation sent its frame if this moved).
     std::uint32_t frames_sent() const noexcept { return sent_; }
@@ -171,16 +183,11 @@ private:
     /// Posts a frame from slot `slot` (header already encoded, `length`
     /// bytes in all) without waiting for its completion; frees the slot then.
     void post_slot(std::size_t slot, std::size_t length);
-    /// Encodes `h` as a data frame with `payload` into `slot` and posts it.
-    void post_inline(std::size_t slot, link_wire::header h, std::span<const std::byte> payload);
     /// A free send slot (data and rts frames): waits while every slot holds
     /// a frame whose send has not completed yet. That happens on a lossy
     /// link: the peer's frames can return credit (it handled ours) before
     /// the RC acknowledgements that complete our sends arrive.
     task<std::size_t> wait_slot(std::stop_token token);
-    /// Room in the window, then a slot; counts the frame as sent (a
-    /// cancelled wait gives the credit back).
-    task<std::size_t> credit_and_slot(std::stop_token token);
     std::size_t take_slot();
     /// Sends a control frame (fin, credit, ping, abort) now, or as soon as a
     /// slot frees (before any waiting data frame) when none is free; its

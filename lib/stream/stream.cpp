@@ -92,6 +92,8 @@ task<void> stream::close() {
 
 const std::string& stream::peer() const { return checked("peer").peer(); }
 
+stream_statistics stream::statistics() const { return checked("statistics").statistics(); }
+
 const cordma::connection& stream::connection() const { return checked("connection").connection(); }
 
 task<stream> stream_listener::accept(std::stop_token token) {

@@ -54,12 +54,14 @@ stream_state::stream_state(cordma::builder b, stream_options options, cordma::co
       options_(options),
       conn_(std::move(conn)),
       peer_(conn_.peer()),
-      listener_(conn_.event_listener()) {}
+      listener_(conn_.event_listener()),
+      flushed_(waiter_queue<bool>::make(listener_)) {}
 
 void stream_state::fail(std::errc code, const std::string& why, int, bool tell_peers) {
     if (failure_)
         return;
     failure_.emplace(code, why);
+    flushed_->close();
     if (!link_)
         return;
     if (tell_peers && !link_->lost())
@@ -174,6 +176,7 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
     reading_ = false;
     if (error)
         std::rethrow_exception(error);
+    bytes_read_.fetch_add(n, std::memory_order_relaxed);
     co_return n;
 }
 
@@ -184,6 +187,7 @@ task<void> stream_state::write_frame(std::span<const std::byte> bytes, local_sli
     h.extra = data_frame;
     h.seq = ++next_seq_;
     keepalive_scope alive(this);
+    frames_sent_.fetch_add(1, std::memory_order_relaxed);
     if (bytes.size() <= link_->eager_size()) {
         co_await link_->send_inline(h, bytes, token);
     } else if (registered.block()) {
@@ -215,18 +219,38 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
     try {
         // Below register_size (and from unregistered memory) bytes go as
         // inline frames, copied into the reader's receives: like a TCP
-        // socket buffer, a window of them is taken without the reader, so a
-        // protocol that writes a request and only then reads cannot
-        // deadlock on a medium-sized write. From register_size up (or from
-        // registered memory) they go zero-copy, read by the reader.
+        // socket buffer, a window of them (and one batch) is taken without
+        // the reader, so a protocol that writes a request and only then
+        // reads cannot deadlock on a medium-sized write. While no frame
+        // may go, small writes gather in the batch, sent as one frame when
+        // credit returns. From register_size up (or from registered memory)
+        // bytes go zero-copy, read by the reader, after the batch.
         std::size_t offset = 0;
         while (offset < bytes.size()) {
+            if (failure_)
+                throw_failure();
             std::size_t left = bytes.size() - offset;
             bool copied = !registered.block() && left < options_.register_size;
-            std::size_t n = copied ? std::min(left, link_->eager_size()) : std::min(left, largest_frame);
-            local_slice part = registered.block() ? registered.slice(offset, n) : local_slice{};
-            co_await write_frame(bytes.subspan(offset, n), part, token);
-            offset += n;
+            if (copied && !batch_waiting() && link_->can_send_now()) {
+                std::size_t n = std::min(left, link_->eager_size());
+                co_await write_frame(bytes.subspan(offset, n), {}, token);
+                offset += n;
+            } else if (copied && batch_.size() < link_->eager_size()) {
+                std::size_t n = std::min(left, link_->eager_size() - batch_.size());
+                batch_.insert(batch_.end(), bytes.begin() + offset, bytes.begin() + offset + n);
+                offset += n;
+                if (!flushing_) {
+                    flushing_ = true;
+                    spawn_detached(flush(), [](std::exception_ptr) {});
+                }
+            } else if (batch_waiting()) {
+                co_await wait_flushed(token);  // the batch is full, or must go before a zero-copy frame
+            } else {
+                std::size_t n = std::min(left, largest_frame);
+                local_slice part = registered.block() ? registered.slice(offset, n) : local_slice{};
+                co_await write_frame(bytes.subspan(offset, n), part, token);
+                offset += n;
+            }
         }
     } catch (...) {
         error = std::current_exception();
@@ -234,6 +258,50 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
     writing_ = false;
     if (error)
         std::rethrow_exception(error);
+    bytes_written_.fetch_add(bytes.size(), std::memory_order_relaxed);
+}
+
+task<void> stream_state::flush() {
+    auto self = shared_from_this();
+    keepalive_scope alive(this);
+    try {
+        while (!batch_.empty() && !failure_) {
+            std::stop_token none;
+            std::size_t slot = co_await link_->credit_and_slot(none);
+            wire::header h;
+            h.op = wire::collective::stream;
+            h.extra = data_frame;
+            h.seq = ++next_seq_;
+            std::span<const std::byte> frame(batch_.data(), batch_.size());
+            link_->post_inline(slot, h, frame);
+            frames_sent_.fetch_add(1, std::memory_order_relaxed);
+            batch_.clear();
+            if (flush_waiters_ > 0)
+                flushed_->push(true);
+        }
+    } catch (const std::exception&) {
+        // The link failed (and failed this stream): the waiters wake on
+        // flushed_, closed by fail().
+    }
+    flushing_ = false;
+    for (int n = flush_waiters_; n > 0; --n)
+        flushed_->push(true);
+}
+
+task<void> stream_state::wait_flushed(std::stop_token token) {
+    ++flush_waiters_;
+    std::optional<bool> woken;
+    std::exception_ptr error;
+    try {
+        woken = co_await flushed_->pop(token, "write", peer_);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    --flush_waiters_;
+    if (error)
+        std::rethrow_exception(error);
+    if (!woken || failure_)
+        throw_failure();
 }
 
 task<void> stream_state::shutdown_write() {
@@ -244,7 +312,10 @@ task<void> stream_state::shutdown_write() {
     if (failure_)
         throw_failure();
     keepalive_scope alive(this);
-    co_await send_end({});
+    std::stop_token none;
+    while (batch_waiting())
+        co_await wait_flushed(none);
+    co_await send_end(none);
 }
 
 task<void> stream_state::send_end(std::stop_token token) {
@@ -268,6 +339,8 @@ task<void> stream_state::close() {
     std::stop_token token = stop.get_token();
     if (!failure_ && !write_shut_) {
         try {
+            while (batch_waiting())
+                co_await wait_flushed(token);
             co_await send_end(token);
         } catch (const std::exception&) {
             // The peer is gone or not reading: close anyway.

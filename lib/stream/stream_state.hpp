@@ -4,6 +4,7 @@
 /// link_owner: a failure ends this stream alone). Event listener thread
 /// only; the public methods hop there first.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -13,11 +14,13 @@
 #include <stop_token>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include <cordma/builder.hpp>
 #include <cordma/stream.hpp>
 #include <cordma/task.hpp>
 
+#include "engine/waiter_queue.hpp"
 #include "link/peer_link.hpp"
 
 namespace cordma::detail {
@@ -39,6 +42,10 @@ public:
     const cordma::connection& connection() const noexcept { return conn_; }
     void set_link(std::shared_ptr<peer_link> l) { link_ = std::move(l); }
     const stream_options& options() const noexcept { return options_; }
+    stream_statistics statistics() const noexcept {
+        return {bytes_written_.load(std::memory_order_relaxed), bytes_read_.load(std::memory_order_relaxed),
+                frames_sent_.load(std::memory_order_relaxed)};
+    }
 
     /// Frames a large write is cut into: bounds what one registration pins.
     static constexpr std::size_t largest_frame = std::size_t(16) << 20;
@@ -55,6 +62,13 @@ private:
     /// Sends the end of stream (once: write_shut_ is set first).
     task<void> send_end(std::stop_token token);
     task<void> write_frame(std::span<const std::byte> bytes, local_slice registered, std::stop_token token);
+    /// Sends the batch as frames as credit returns, until it is empty
+    /// (spawned when the first bytes go into it).
+    task<void> flush();
+    /// Waits until the flusher has sent a frame or stopped; throws the
+    /// stream's failure, or operation_cancelled if `token` stops first.
+    task<void> wait_flushed(std::stop_token token);
+    bool batch_waiting() const noexcept { return flushing_ || !batch_.empty(); }
 
     cordma::builder builder_;
     stream_options options_;
@@ -71,7 +85,17 @@ private:
     bool reading_ = false;
     bool writing_ = false;
     std::uint32_t next_seq_ = 0;
+    // Small writes made while no frame may go (the window is full) are
+    // gathered here, up to one frame, and sent as one frame as soon as
+    // credit returns; the write returns once its bytes are in.
+    std::vector<std::byte> batch_;
+    bool flushing_ = false;
+    std::shared_ptr<waiter_queue<bool>> flushed_;
+    int flush_waiters_ = 0;
     std::optional<std::pair<std::errc, std::string>> failure_;
+    std::atomic<std::uint64_t> bytes_written_{0};
+    std::atomic<std::uint64_t> bytes_read_{0};
+    std::atomic<std::uint64_t> frames_sent_{0};
 
     int waiting_ = 0;
     std::shared_ptr<event_listener::timer> tick_;
