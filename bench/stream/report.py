@@ -72,6 +72,21 @@ def metric(rec):
     return rec["usec_per_xfer"] if rec["test"] == "lat" else rec["mb_per_s"]
 
 
+def checks(recs):
+    """The untimed runs with every byte verified: {impl: (passed, [failed sizes])}."""
+    out = {}
+    for r in recs:
+        if r["test"] != "verify":
+            continue
+        ok, bad = out.get(r["impl"], (0, []))
+        if r["rc"] == 0:
+            ok += 1
+        else:
+            bad = bad + [human(r["bytes"])]
+        out[r["impl"]] = (ok, bad)
+    return out
+
+
 def aggregate(recs):
     """{(impl, test, bytes): {median, min, max, values}}"""
     cells = {}
@@ -107,18 +122,24 @@ def failures(recs):
     return out
 
 
-def other_vms(path):
-    """The host's samples of other QEMU processes while measuring."""
+def host_load(path):
+    """The host's 5-s samples of other work while measuring (host_load.py)."""
     if not path or not os.path.exists(path):
         return None
     samples = []
     for line in open(path):
         f = line.split()
-        if len(f) == 2 and f[0].isdigit() and f[1].isdigit():
-            samples.append((int(f[0]), int(f[1])))
-    busy = [t for t, n in samples if n > 0]
-    return {"samples": len(samples), "busy_samples": len(busy), "busy_seconds": 5 * len(busy),
-            "busy_from": min(busy) if busy else None, "busy_until": max(busy) if busy else None}
+        try:
+            samples.append((int(f[0]), float(f[1]), int(f[2])))
+        except (ValueError, IndexError):
+            continue
+    if not samples:
+        return None
+    cores = [c for _, c, _ in samples]
+    return {"raw": samples, "samples": len(samples), "mean_cores_used_by_others": round(statistics.mean(cores), 2),
+            "max_cores_used_by_others": round(max(cores), 2),
+            "busy_samples": sum(1 for c in cores if c >= 0.2),
+            "samples_with_other_vms": sum(1 for _, _, q in samples if q > 0)}
 
 
 def plot(path, meta, agg):
@@ -171,12 +192,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--raw", required=True, help="raw.jsonl from `run --inside`")
     parser.add_argument("--meta", required=True, help="meta.json from `run --inside`")
-    parser.add_argument("--other-vms", help="the host's samples of other VMs running: 'epoch count' lines")
+    parser.add_argument("--host-load", help="host_load.py's samples: other work on the host while measuring")
     parser.add_argument("--out", required=True, help="path without extension: writes .json, .md, .png")
     opts = parser.parse_args()
 
     meta = json.load(open(opts.meta))
-    recs = load(opts.raw)
+    everything = load(opts.raw)
+    recs = [r for r in everything if r["test"] != "verify"]
+    verified = checks(everything)
     agg = aggregate(recs)
     name = os.path.basename(opts.out)
     mode = MODES[meta["mode"]]
@@ -211,12 +234,26 @@ def main():
               "(min-max in brackets), the three programs interleaved measurement by measurement, their order rotated "
               "between rounds. Ratios are cordma's median over rsocket's (TCP's).")
     fails = failures(recs)
-    others = other_vms(opts.other_vms)
+    others = host_load(opts.host_load)
+    if others is not None:
+        # Each measurement's share: the samples that cover it (the guest's
+        # clock, from which "started" comes, follows the host's).
+        busy_recs = 0
+        for r in everything:
+            if "started" not in r:
+                continue
+            t0, t1 = r["started"], r["started"] + r["seconds"] + 5
+            near = [c for t, c, _ in others["raw"] if t0 <= t <= t1]
+            r["host_cores_used_by_others"] = round(statistics.mean(near), 2) if near else None
+            busy_recs += bool(near) and statistics.mean(near) >= 0.2 and r["test"] != "verify"
+        others["busy_measurements"] = busy_recs
     summary = {"name": name, **meta, "method": method, "how": mode,
                "goals": {"latency_at_most_1x_rsocket": goals["lat"], "bandwidth_at_least_1x_rsocket": goals["bw"]},
                "tables": {k: [{kk: vv for kk, vv in row.items() if not kk.startswith("_")} for row in v]
                           for k, v in tables.items()},
-               "failures": fails, "other_vms": others, "measurements": recs}
+               "failures": fails, "host_load": {k: v for k, v in (others or {}).items() if k != "raw"},
+               "verified": {impl: {"passed": ok, "failed_sizes": bad} for impl, (ok, bad) in verified.items()},
+               "measurements": everything}
     with open(opts.out + ".json", "w") as f:
         json.dump(summary, f, indent=1)
 
@@ -233,12 +270,19 @@ def main():
           "cordma's program is `build/bench/cordma_stream_bench` (bench/stream/cordma_stream_bench.cpp): "
           "stream::serve/accept and stream::connect, write and read_exactly from one heap buffer, as rstream "
           "does with rsend/rrecv; stream_options at their defaults.", ""]
+    if verified:
+        md += ["Checked first, untimed: " + "; ".join(
+            f"{label} " + (f"{ok} of {ok + len(bad)} runs with every byte right" + (f", wrong or failed at {', '.join(bad)}" if bad else ""))
+            for impl, label in IMPLS if impl in verified for ok, bad in [verified[impl]])
+            + " (4 transfers each way, twice, of 64 B, 64 KiB and 1 MiB; cordma_stream_bench --verify, rstream -T v).", ""]
     if others is not None:
-        if others["busy_samples"]:
-            md += [f"**Other VMs shared the host** in {others['busy_samples']} of {others['samples']} samples (every "
-                   f"5 s; {others['busy_seconds']} s in all): the figures measured then are slower and noisier.", ""]
-        else:
-            md += [f"No other VM ran on the host while measuring ({others['samples']} samples, every 5 s).", ""]
+        md += [f"Other work on the host while measuring ({others['samples']} samples, every 5 s): "
+               f"{others['mean_cores_used_by_others']:.2f} cores on average, at most "
+               f"{others['max_cores_used_by_others']:.2f}, at least 0.2 cores in {others['busy_samples']} samples; "
+               f"another VM in {others['samples_with_other_vms']}; "
+               f"{others['busy_measurements']} of {len(recs)} measurements ran while others used 0.2 cores or more."
+               + (" The host was not quiet: figures measured then are slower and noisier." if others["busy_samples"] else
+                  " The host was otherwise quiet."), ""]
     if fails:
         md += ["Failed measurements (left out of the figures):", ""] + [f"- {f}" for f in fails] + [""]
     pk = {}
