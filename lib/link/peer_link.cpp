@@ -77,14 +77,36 @@ task<void> peer_link::dispatch() {
 }
 
 void peer_link::connection_lost(const std::string& why) {
+    mark_lost(why);
+    inbox_->close_keeping_values();
+}
+
+void peer_link::mark_lost(const std::string& why) {
     if (lost_)
         return;
     lost_ = true;
     gone_reason_ = why;
     credits_->close();
     slot_freed_->close();
-    inbox_->close_keeping_values();
     fins_->close_keeping_values();
+}
+
+void peer_link::send_failed(const std::string& why) {
+    if (lost_)
+        return;
+    mark_lost(why);
+    // Frames that arrived before the connection broke may still be in the
+    // completion queue: a peer that closes as soon as its last frames are
+    // delivered breaks the connection (an rdma_cm event, seen at once: the
+    // sends of credits and fins fail) before the dispatcher has taken them.
+    // They are still this side's, so the inbox stays open for them until
+    // the dispatcher ends (every receive flushed) or, since rxe may flush
+    // late, for a grace period.
+    std::weak_ptr<peer_link> weak = weak_from_this();
+    listener_->call_after(lost_grace, [weak] {
+        if (auto self = weak.lock())
+            self->inbox_->close_keeping_values();
+    });
 }
 
 void peer_link::link_gone() const {
@@ -200,12 +222,13 @@ void peer_link::post_slot(std::size_t slot, std::size_t length) {
             self->slot_done(slot);
             // A failed send means the connection broke. The receives may
             // not flush at once (rxe flushes them only when its responder
-            // next runs), so do not wait for the dispatcher to see it.
+            // next runs), so do not wait for the dispatcher to see it
+            // (send_failed: sends fail now, takes after a grace period).
             if (error) {
                 try {
                     std::rethrow_exception(error);
                 } catch (const std::exception& e) {
-                    self->connection_lost(e.what());
+                    self->send_failed(e.what());
                 }
             }
             if (--self->in_flight_ == 0 && self->drain_waiting_) {

@@ -203,6 +203,15 @@ private:
     /// The connection is gone (why): frames that arrived stay to be taken;
     /// waits that find nothing more end in link_gone.
     void connection_lost(const std::string& why);
+    /// The same for sends (credits, slots, fins) only: the inbox stays open.
+    void mark_lost(const std::string& why);
+    /// A send failed (why): the connection is gone, but frames that arrived
+    /// before may not have reached the inbox yet. Sends fail at once; the
+    /// inbox closes once the dispatcher ends, or after lost_grace.
+    void send_failed(const std::string& why);
+    /// How long, after a failed send, frames may still come from the
+    /// completion queue.
+    static constexpr std::chrono::milliseconds lost_grace{1000};
     std::string describe(const link_wire::header& h) const;
     std::string describe(const expected_frame& e) const;
 
