@@ -96,8 +96,8 @@ public:
     explicit operator bool() const noexcept { return state_ != nullptr; }
 
     /// Reads what has arrived, at most buffer.size() bytes, waiting for at
-    /// least one; returns how many (0 at end of stream, or for an empty
-    /// buffer). Throws std::system_error once the connection is gone with
+    /// least one; returns how many (0 at end of stream, and again on every
+    /// read after it; 0 for an empty buffer too). Throws std::system_error once the connection is gone with
     /// data unread (not_connected, naming the peer), operation_cancelled if
     /// `token` stops first (nothing is lost: the next read goes on where
     /// this one would have).
