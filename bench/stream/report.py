@@ -97,6 +97,18 @@ def aggregate(recs):
     return {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "values": v} for k, v in cells.items()}
 
 
+def per_round(recs, test, size, a="cordma", b="rsocket"):
+    """a's figure over b's, round by round (measured next to each other, so
+    drift in the host's load, which moves both, cancels more than in a
+    ratio of medians): latency a/b, bandwidth likewise a/b (MB/s)."""
+    by = {}
+    for r in recs:
+        v = metric(r)
+        if v is not None and r["test"] == test and r["bytes"] == size:
+            by.setdefault(r["round"], {})[r["impl"]] = v
+    return [by[k][a] / by[k][b] for k in sorted(by) if a in by[k] and b in by[k] and by[k][b]]
+
+
 def cell(s, digits=1):
     if s is None:
         return "–"
@@ -215,6 +227,7 @@ def main():
             shape = next((x for x in recs if x["test"] == test and x["bytes"] == s), {})
             rows.append({"bytes": s, "cordma": c and c["median"], "rsocket": r and r["median"], "tcp": t and t["median"],
                          "cordma_over_rsocket": ratio(c, r), "cordma_over_tcp": ratio(c, t),
+                         "cordma_over_rsocket_per_round": [round(x, 3) for x in per_round(recs, test, s)],
                          "xfers": shape.get("xfers"), "iters": shape.get("iters"), "_cells": (c, r, t)})
         tables[test] = rows
         rs = [row["cordma_over_rsocket"] for row in rows]
@@ -232,7 +245,8 @@ def main():
               "Bandwidth is a burst each way (-I 1 -C N): size / usec/xfer, MB/s of 10^6 bytes. Each measurement is "
               "a fresh server and client pair, the client's figure is taken; figures are medians over the rounds "
               "(min-max in brackets), the three programs interleaved measurement by measurement, their order rotated "
-              "between rounds. Ratios are cordma's median over rsocket's (TCP's).")
+              "between rounds. Ratios are cordma's median over rsocket's (TCP's); 'per round' is cordma's figure over "
+              "rsocket's measured next to it in each round.")
     fails = failures(recs)
     others = host_load(opts.host_load)
     if others is not None:
@@ -295,18 +309,20 @@ def main():
                         for impl, label in IMPLS if any(k[0] == impl for k in pk))
         md += [f"Packets sent on {meta['device']} per transfer in the latency test (its hw counter `sent_pkts`; "
                f"TCP's never touch the device): {per}.", ""]
-    labels = "| size | cordma | rsocket | TCP | cordma / rsocket | cordma / TCP | xfers x iters |"
+    labels = "| size | cordma | rsocket | TCP | cordma / rsocket | per round | cordma / TCP | xfers x iters |"
     md += ["## Latency (µs per transfer, half a round trip; lower is better)", "",
-           labels, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           labels, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in tables["lat"]:
         c, r, t = row["_cells"]
         md.append(f"| {human(row['bytes'])} | {cell(c)} | {cell(r)} | {cell(t)} | {fmt(row['cordma_over_rsocket'], 2)} | "
+                  f"{', '.join(f'{x:.2f}' for x in row['cordma_over_rsocket_per_round']) or '–'} | "
                   f"{fmt(row['cordma_over_tcp'], 2)} | {row['xfers']} x {row['iters']} |")
     md += ["", "## Bandwidth (MB/s, each way in turn; higher is better)", "",
-           labels, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           labels, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in tables["bw"]:
         c, r, t = row["_cells"]
         md.append(f"| {human(row['bytes'])} | {cell(c)} | {cell(r)} | {cell(t)} | {fmt(row['cordma_over_rsocket'], 2)} | "
+                  f"{', '.join(f'{x:.2f}' for x in row['cordma_over_rsocket_per_round']) or '–'} | "
                   f"{fmt(row['cordma_over_tcp'], 2)} | {row['xfers']} x {row['iters']} |")
 
     def verdict(g):
