@@ -39,7 +39,10 @@ class listener;
 namespace detail {
 struct runtime;
 struct builder_shared;
+class shared_receive_state;
 }  // namespace detail
+
+class shared_receive_queue;
 
 /// How two peers agree on their queue pairs.
 enum class endpoint_exchange {
@@ -114,6 +117,10 @@ struct CORDMA_API connection_settings {
     /// (listen: at most 196 bytes). The peer reads it with
     /// connection::peer_private_data.
     std::vector<std::byte> private_data;
+    /// The shared receive queue the data QPs receive through (builder::
+    /// shared_receives); null: each connection has its own receives
+    /// (capacity.max_recv_wr of them).
+    std::shared_ptr<detail::shared_receive_state> shared_receives;
 };
 
 /// The most private data a connect request carries (rdma_cm over IB/RoCE:
@@ -181,6 +188,12 @@ public:
     builder& private_data(std::span<const std::byte> bytes);
     /// The same, from the bytes of a string (no terminating zero).
     builder& private_data(std::string_view bytes);
+    /// The data QP of every connection made from now on (connect, accept,
+    /// new_connection; rdma_cm and TCP exchange alike) receives through
+    /// `queue` (made from this builder) instead of its own receive queue;
+    /// see shared_receive_queue.hpp. An empty queue goes back to own
+    /// receives. Refused with recv_queue_depth (which would do nothing).
+    builder& shared_receives(const shared_receive_queue& queue);
 
     const connection_settings& settings() const noexcept { return settings_; }
 
@@ -213,6 +226,7 @@ private:
     friend class listener;
     std::shared_ptr<detail::runtime> runtime();
 
+    friend class shared_receive_queue;
     connection_settings settings_;
     std::shared_ptr<detail::builder_shared> shared_;
 };

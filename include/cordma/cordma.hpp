@@ -21,6 +21,7 @@
 #include <cordma/protection_domain.hpp>
 #include <cordma/queue_pair.hpp>
 #include <cordma/receive_queue.hpp>
+#include <cordma/shared_receive_queue.hpp>
 #include <cordma/remote_slice.hpp>
 #include <cordma/remote_mr.hpp>
 #include <cordma/stream.hpp>

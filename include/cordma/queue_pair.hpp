@@ -53,10 +53,13 @@ struct CORDMA_API qp_connect_options {
 class CORDMA_API queue_pair {
 public:
     /// Creates an RC QP in state RESET. It keeps `pd` and both CQs alive.
+    /// With `srq`, it receives through that shared receive queue (and has
+    /// no receive queue of its own); the caller keeps the SRQ alive longer
+    /// than the QP.
     static std::shared_ptr<queue_pair> create(std::shared_ptr<protection_domain> pd,
                                               std::shared_ptr<completion_queue> send_cq,
                                               std::shared_ptr<completion_queue> recv_cq,
-                                              const qp_capacity& capacity = {});
+                                              const qp_capacity& capacity = {}, ibv_srq* srq = nullptr);
 
     /// Takes ownership of a QP made elsewhere (rdma_create_qp) on `pd` with
     /// these CQs; it is destroyed with ibv_destroy_qp.
@@ -80,6 +83,8 @@ public:
     const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
     const std::shared_ptr<completion_queue>& send_cq() const noexcept { return send_cq_; }
     const std::shared_ptr<completion_queue>& recv_cq() const noexcept { return recv_cq_; }
+    /// The shared receive queue it receives through, or nullptr.
+    ibv_srq* srq() const noexcept { return srq_; }
 
     /// This QP's endpoint on `port` with the GID at `gid_index`, and its
     /// initial send PSN (random, chosen at creation).
@@ -128,6 +133,7 @@ private:
     std::shared_ptr<completion_queue> recv_cq_;
     qp_capacity capacity_;
     ibv_qp* qp_ = nullptr;
+    ibv_srq* srq_ = nullptr;
     std::uint32_t psn_ = 0;
 };
 

@@ -84,6 +84,7 @@
 namespace cordma {
 
 namespace detail {
+class message_queue_state;
 class receive_queue_state;
 struct work_slot;
 }  // namespace detail
@@ -110,6 +111,10 @@ public:
     std::size_t size() const noexcept { return size_; }
     /// The immediate, if the peer sent one (send_with_imm, write_with_imm).
     std::optional<std::uint32_t> imm() const noexcept { return imm_; }
+    /// The number of the QP the message arrived on (its completion's
+    /// qp_num): with a shared_receive_queue, which connection sent it
+    /// (compare connection::qp()->qp_num(), or ask the queue's source()).
+    std::uint32_t qp_num() const noexcept { return qp_num_; }
     /// The whole buffer the message landed in, as a slice (e.g. to send the
     /// bytes on, with size() of it). Await anything using it before the
     /// release: the buffer is then posted again.
@@ -121,11 +126,12 @@ public:
 
 private:
     friend class receive_queue;
-    std::shared_ptr<detail::receive_queue_state> queue_;
+    std::shared_ptr<detail::message_queue_state> queue_;
     detail::work_slot* slot_ = nullptr;
     std::byte* data_ = nullptr;
     std::size_t size_ = 0;
     std::optional<std::uint32_t> imm_;
+    std::uint32_t qp_num_ = 0;
 };
 
 /// Keeps receives posted on a connection and yields what arrives, in order
@@ -191,19 +197,20 @@ public:
 
     private:
         friend class receive_queue;
-        friend class detail::receive_queue_state;
+        friend class shared_receive_queue;
+        friend class detail::message_queue_state;
         /// Runs on whichever thread stops the token; the cancellation itself
         /// happens on the event listener thread.
         struct CORDMA_API canceller {
-            std::shared_ptr<detail::receive_queue_state> queue;
+            std::shared_ptr<detail::message_queue_state> queue;
             next_operation* op;
             std::uint64_t ticket;
             void operator()() const noexcept;
         };
-        next_operation(std::shared_ptr<detail::receive_queue_state> queue, std::chrono::nanoseconds timeout,
+        next_operation(std::shared_ptr<detail::message_queue_state> queue, std::chrono::nanoseconds timeout,
                        std::stop_token token) noexcept;
 
-        std::shared_ptr<detail::receive_queue_state> queue_;
+        std::shared_ptr<detail::message_queue_state> queue_;
         std::chrono::nanoseconds timeout_;
         std::stop_token token_;
         std::optional<std::stop_callback<canceller>> cancel_callback_;

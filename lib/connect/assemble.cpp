@@ -21,6 +21,8 @@ connection assemble(connection_parts parts) {
                                                parts.peer, parts.agent_timeout, std::move(parts.ledger));
     state->reopen = std::move(parts.reopen);
     state->peer_private_data = std::move(parts.peer_private_data);
+    if (parts.shared_receives)
+        state->attach_shared_receives(std::move(parts.shared_receives));
     return connection_access::make(std::move(state));
 }
 

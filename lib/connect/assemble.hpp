@@ -22,6 +22,7 @@
 namespace cordma::detail {
 
 class transport;
+class shared_receive_state;
 class agent_ledger;
 
 struct connection_parts {
@@ -41,6 +42,9 @@ struct connection_parts {
     std::shared_ptr<agent_ledger> ledger;
     /// How to open another QP to the same peer (the connecting side only).
     std::function<task<connection>()> reopen;
+    /// The shared receive queue the data QP receives through
+    /// (builder::shared_receives), or null.
+    std::shared_ptr<shared_receive_state> shared_receives;
     /// The private data the peer sent (connections without an agent).
     std::vector<std::byte> peer_private_data;
 };

@@ -70,6 +70,12 @@ void check_handshake_settings(const connection_settings& s, handshake_side side)
     if (!s.with_agent && !(s.agent == agent_limits{}))
         throw std::invalid_argument(std::string("builder::agent_limits with builder::agent(false), at ") + call +
                                     ": without an agent there is nothing to limit; drop one of the two");
+    if (s.shared_receives && s.capacity.max_recv_wr != qp_capacity{}.max_recv_wr)
+        throw std::invalid_argument("builder::recv_queue_depth(" + std::to_string(s.capacity.max_recv_wr) +
+                                    ") with builder::shared_receives, at " + call +
+                                    ": the data QP receives through the shared receive queue and has no receive "
+                                    "queue of its own; size the shared_receive_queue instead, or drop one of the "
+                                    "two");
     if (!s.with_agent && s.agent_timeout != connection_settings{}.agent_timeout)
         throw std::invalid_argument(std::string("builder::agent_timeout with builder::agent(false), at ") + call +
                                     ": without an agent there are no agent calls to time; drop one of the two");

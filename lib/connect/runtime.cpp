@@ -1,8 +1,10 @@
 #include "connect/runtime.hpp"
 
 #include "agent/agent_ledger.hpp"
+#include "engine/shared_receive_state.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace cordma::detail {
 
@@ -32,11 +34,42 @@ void runtime::release(const qp_capacity& capacity) noexcept {
     recv_entries_in_use -= static_cast<int>(capacity.max_recv_wr);
 }
 
-std::shared_ptr<queue_pair> runtime::create_qp(const qp_capacity& capacity) {
+void runtime::reserve_receives(std::uint32_t entries) { reserve(qp_capacity{.max_send_wr = 0, .max_recv_wr = entries}); }
+
+void runtime::release_receives(std::uint32_t entries) noexcept {
+    qp_capacity room{.max_send_wr = 0, .max_recv_wr = entries};
+    if (event_listener->running_in_this_thread()) {
+        release(room);
+        return;
+    }
+    try {
+        event_listener->post([owner = weak_from_this(), room] {
+            if (auto alive = owner.lock())
+                alive->release(room);
+        });
+    } catch (...) {
+        // Out of memory: the CQ keeps the room (it only grows too early).
+    }
+}
+
+std::shared_ptr<queue_pair> runtime::create_qp(const qp_capacity& requested, std::shared_ptr<shared_receive_state> srq) {
+    qp_capacity capacity = requested;
+    if (srq) {
+        if (!srq->open_for_connections())
+            throw std::logic_error("builder::shared_receives: the shared_receive_queue was destroyed; make new "
+                                   "connections with a live one, or without");
+        if (srq->pd() != pd)
+            throw std::invalid_argument("builder::shared_receives: the shared_receive_queue was made from another "
+                                        "builder (another protection domain), so these connections cannot receive "
+                                        "through it; make it from this builder");
+        // Receives come from the SRQ (its room on the CQ is reserved).
+        capacity.max_recv_wr = 0;
+        capacity.max_recv_sge = 0;
+    }
     reserve(capacity);
     std::shared_ptr<queue_pair> qp;
     try {
-        qp = queue_pair::create(pd, send_cq, recv_cq, capacity);
+        qp = queue_pair::create(pd, send_cq, recv_cq, capacity, srq ? srq->srq() : nullptr);
     } catch (...) {
         release(capacity);
         throw;
@@ -45,8 +78,10 @@ std::shared_ptr<queue_pair> runtime::create_qp(const qp_capacity& capacity) {
     // event listener thread, where the counts live.
     std::weak_ptr<runtime> owner = weak_from_this();
     auto* raw = qp.get();
-    return std::shared_ptr<queue_pair>(raw, [qp = std::move(qp), owner, capacity](queue_pair*) mutable {
+    // The SRQ goes only after the QP that receives through it.
+    return std::shared_ptr<queue_pair>(raw, [qp = std::move(qp), owner, capacity, srq](queue_pair*) mutable {
         qp.reset();
+        srq.reset();
         if (auto rt = owner.lock()) {
             if (rt->event_listener->running_in_this_thread())
                 rt->release(capacity);

@@ -15,6 +15,8 @@
 
 namespace cordma::detail {
 
+class shared_receive_state;
+
 struct runtime : std::enable_shared_from_this<runtime> {
     std::shared_ptr<cordma::event_listener> event_listener;
     std::shared_ptr<protection_domain> pd;
@@ -35,7 +37,15 @@ struct runtime : std::enable_shared_from_this<runtime> {
     /// Event listener thread. An RC QP on the shared PD and CQs, which grow first
     /// to make room for it (a CQ that can overflow loses completions); the
     /// room is given back when the QP is destroyed.
-    std::shared_ptr<queue_pair> create_qp(const qp_capacity& capacity);
+    /// With `srq`, the QP receives through that shared receive queue (it
+    /// has no receive queue of its own, and keeps the SRQ alive).
+    std::shared_ptr<queue_pair> create_qp(const qp_capacity& capacity,
+                                          std::shared_ptr<shared_receive_state> srq = nullptr);
+
+    /// Event listener thread. Room on the receive CQ for `entries` more
+    /// receives (an SRQ's), and giving it back (any thread).
+    void reserve_receives(std::uint32_t entries);
+    void release_receives(std::uint32_t entries) noexcept;
 
 private:
     void reserve(const qp_capacity& capacity);

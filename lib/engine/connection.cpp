@@ -178,7 +178,10 @@ operation<recv_result> connection::recv(local_slice local, std::stop_token token
 }
 
 operation<recv_result> connection::recv(std::span<const local_slice> sg_list, std::stop_token token) {
-    check_sg_list("recv", sg_list, checked_state("recv").qp()->capacity().max_recv_sge);
+    // A connection on a shared receive queue has no receive queue to size
+    // a scatter list by: the operation itself says why it cannot run.
+    if (checked_state("recv").qp()->srq() == nullptr)
+        check_sg_list("recv", sg_list, checked_state("recv").qp()->capacity().max_recv_sge);
     return {&checked_state("recv"), detail::op_kind::recv, std::move(token), {.sg_list = sg_list}};
 }
 

@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "engine/receive_queue_state.hpp"
+#include "engine/shared_receive_state.hpp"
 
 
 namespace cordma::detail {
@@ -45,6 +46,8 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> liste
 }
 
 connection_state::~connection_state() {
+    if (shared_receives_)
+        shared_receives_->detach(qp_->qp_num());
     if (agent) {
         // The agent (and its control QP) would otherwise outlive us, kept
         // alive by its own receive loops.
@@ -59,6 +62,13 @@ connection_state::~connection_state() {
 bool connection_state::start(operation_base* op) noexcept {
     bool receive = is_receive(op->kind);
     if (receive) {
+        if (shared_receives_ != nullptr) [[unlikely]] {
+            fail(op, std::make_exception_ptr(std::logic_error(
+                         std::string("connection::") + to_string(op->kind) + " to " + peer_ +
+                         ": this connection receives through a shared_receive_queue (builder::shared_receives), "
+                         "which takes every incoming message; await shared_receive_queue::next() instead")));
+            return false;
+        }
         if (receive_queue != nullptr) [[unlikely]] {
             fail(op, std::make_exception_ptr(std::logic_error(
                          std::string("connection::") + to_string(op->kind) + " to " + peer_ +
@@ -451,7 +461,15 @@ void connection_state::cancel(operation_base* op, std::uint64_t ticket) noexcept
             }
 }
 
+void connection_state::attach_shared_receives(std::shared_ptr<shared_receive_state> srq) {
+    srq->attach(qp_->qp_num(), peer_, weak_from_this());
+    shared_receives_ = std::move(srq);
+}
+
 std::string connection_state::receive_queue_refusal() const {
+    if (shared_receives_ != nullptr)
+        return "the connection receives through a shared_receive_queue (builder::shared_receives), which takes "
+               "every incoming message; await shared_receive_queue::next() instead";
     if (receive_queue != nullptr)
         return "another receive_queue already owns this connection's receives; destroy it first";
     std::size_t live = 0;
@@ -547,6 +565,8 @@ void connection_state::mark_broken(const std::string& why) noexcept {
     fail_waiters();
     if (receive_queue != nullptr)
         receive_queue->on_broken();
+    if (shared_receives_ != nullptr)
+        shared_receives_->on_broken(qp_->qp_num(), peer_, why);
 }
 
 void connection_state::fail_waiters() noexcept {

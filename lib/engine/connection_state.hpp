@@ -24,6 +24,8 @@ namespace cordma::detail {
 /// What runs beside a connection on its own control QP: the memory-region
 /// agent (lib/agent/), which the engine knows only through this, to tell it
 /// when the connection goes.
+class shared_receive_state;
+
 class connection_companion {
 public:
     virtual ~connection_companion() = default;
@@ -110,6 +112,11 @@ public:
     /// connections only; connection::peer_private_data).
     std::vector<std::byte> peer_private_data;
 
+    /// Event listener thread (or before the state is shared). The data QP
+    /// receives through `srq` (builder::shared_receives): recv and
+    /// receive_queue are refused, and the queue hears when this breaks.
+    void attach_shared_receives(std::shared_ptr<shared_receive_state> srq);
+
     /// Number of work requests posted and not yet completed.
     std::size_t outstanding() const noexcept { return outstanding_; }
 
@@ -161,6 +168,7 @@ private:
     work_slot* kept_head_ = nullptr;
     work_slot* kept_tail_ = nullptr;
 
+    std::shared_ptr<shared_receive_state> shared_receives_;
     bool broken_ = false;
     std::string broken_reason_;
     std::uint64_t next_ticket_ = 1;

@@ -24,6 +24,10 @@ void check_connection(const cordma::connection& conn) {
         throw std::logic_error(
             "receive_queue: an empty connection (default-constructed or moved from); get one from "
             "builder::connect, listener::accept or connect_loopback");
+    if (conn.qp()->srq() != nullptr)
+        throw std::logic_error("receive_queue on the connection to " + conn.peer() +
+                               ": the connection receives through a shared_receive_queue (builder::shared_receives), "
+                               "which takes every incoming message; await shared_receive_queue::next() instead");
 }
 
 }  // namespace
@@ -167,7 +171,7 @@ const cordma::connection& receive_queue::connection() const {
 
 // ---- next_operation ------------------------------------------------------
 
-receive_queue::next_operation::next_operation(std::shared_ptr<detail::receive_queue_state> queue,
+receive_queue::next_operation::next_operation(std::shared_ptr<detail::message_queue_state> queue,
                                               std::chrono::nanoseconds timeout, std::stop_token token) noexcept
     : queue_(std::move(queue)), timeout_(timeout), token_(std::move(token)) {}
 
@@ -195,13 +199,13 @@ bool receive_queue::next_operation::await_suspend(std::coroutine_handle<> h) {
     if (token_.stop_possible()) {
         if (token_.stop_requested()) {
             error_ = std::make_exception_ptr(
-                operation_cancelled("receive_queue::next", queue_->connection().peer(), "no message was taken"));
+                operation_cancelled(queue_->call(), queue_->source(), "no message was taken"));
             done_ = true;
             return false;
         }
         cancel_callback_.emplace(token_, canceller{queue_, this, ticket_});
     }
-    const auto& listener = queue_->connection().event_listener();
+    const auto& listener = queue_->event_listener();
     if (listener->running_in_this_thread())
         return queue_->wait(this);
     // Awaited on another thread: hop to the event listener once.
@@ -224,12 +228,13 @@ received_message receive_queue::next_operation::await_resume() {
     m.size_ = slot->byte_len;
     if (slot->has_imm)
         m.imm_ = slot->received_imm;
+    m.qp_num_ = slot->source_qp;
     return m;
 }
 
 void receive_queue::next_operation::canceller::operator()() const noexcept {
     try {
-        queue->connection().event_listener()->post(
+        queue->event_listener()->post(
             [q = queue, op = op, ticket = ticket] { q->cancel(op, ticket, false); });
     } catch (...) {
         // Out of memory while cancelling: next() waits for its message.
@@ -241,7 +246,7 @@ void receive_queue::next_operation::canceller::operator()() const noexcept {
 received_message::received_message(received_message&& other) noexcept
     : queue_(std::move(other.queue_)), slot_(std::exchange(other.slot_, nullptr)),
       data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)),
-      imm_(std::exchange(other.imm_, std::nullopt)) {}
+      imm_(std::exchange(other.imm_, std::nullopt)), qp_num_(other.qp_num_) {}
 
 received_message& received_message::operator=(received_message&& other) noexcept {
     if (this != &other) {
@@ -251,6 +256,7 @@ received_message& received_message::operator=(received_message&& other) noexcept
         data_ = std::exchange(other.data_, nullptr);
         size_ = std::exchange(other.size_, 0);
         imm_ = std::exchange(other.imm_, std::nullopt);
+        qp_num_ = other.qp_num_;
     }
     return *this;
 }

@@ -15,7 +15,8 @@ namespace cordma::detail {
 
 receive_queue_state::receive_queue_state(std::shared_ptr<connection_state> connection,
                                          std::vector<local_slice> buffers)
-    : connection_(std::move(connection)), buffers_(std::move(buffers)), own_count_(buffers_.size()) {}
+    : message_queue_state(connection->event_listener(), "receive_queue", connection->peer()),
+      connection_(std::move(connection)), buffers_(std::move(buffers)), own_count_(buffers_.size()) {}
 
 void receive_queue_state::open() {
     connection_state& c = *connection_;
@@ -93,19 +94,7 @@ void receive_queue_state::close() noexcept {
         connection_->release_recv_slot(s);
     idle_.clear();
     borrowed_.clear();
-    while (next_operation* op = waiters_head_) {
-        unlink(op);
-        try {
-            op->error_ = std::make_exception_ptr(
-                operation_cancelled("receive_queue::next", connection_->peer(), "the receive_queue was destroyed"));
-        } catch (...) {
-            op->error_ = std::current_exception();
-        }
-        op->done_ = true;
-        if (op->timer_)
-            op->timer_->cancel();
-        op->continuation_.resume();
-    }
+    cancel_waiters();
 }
 
 void receive_queue_state::post(work_slot* slot) {
@@ -114,23 +103,7 @@ void receive_queue_state::post(work_slot* slot) {
 }
 
 bool receive_queue_state::finished() const noexcept {
-    return connection_->broken() && posted_ == 0 && arrived_head_ == nullptr;
-}
-
-bool receive_queue_state::hand_to_waiter(work_slot* slot) noexcept {
-    next_operation* op = waiters_head_;
-    if (op == nullptr)
-        return false;
-    // The waiter may drop the last handle to this queue once resumed;
-    // callers return right after a true, touching nothing more.
-    std::shared_ptr<receive_queue_state> keep = weak_from_this().lock();
-    unlink(op);
-    op->slot_ = slot;
-    op->done_ = true;
-    if (op->timer_)
-        op->timer_->cancel();
-    op->continuation_.resume();
-    return true;
+    return connection_->broken() && posted_ == 0;
 }
 
 void receive_queue_state::on_message(work_slot* slot, const ibv_wc& wc) noexcept {
@@ -138,9 +111,8 @@ void receive_queue_state::on_message(work_slot* slot, const ibv_wc& wc) noexcept
     slot->byte_len = wc.byte_len;
     slot->has_imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
     slot->received_imm = slot->has_imm ? ntohl(wc.imm_data) : 0;
-    if (hand_to_waiter(slot))
-        return;
-    append_arrived(slot);
+    slot->source_qp = wc.qp_num;
+    deliver(slot);
 }
 
 void receive_queue_state::on_failed(work_slot* slot, const ibv_wc& wc) noexcept {
@@ -148,7 +120,7 @@ void receive_queue_state::on_failed(work_slot* slot, const ibv_wc& wc) noexcept 
     if (wc.status != IBV_WC_WR_FLUSH_ERR && !receive_error_) {
         try {
             receive_error_ = std::make_exception_ptr(
-                work_completion_error(wc.status, "receive_queue::next", wc.vendor_err, connection_->peer()));
+                work_completion_error(wc.status, call(), wc.vendor_err, connection_->peer()));
         } catch (...) {
             receive_error_ = std::current_exception();
         }
@@ -165,7 +137,7 @@ std::exception_ptr receive_queue_state::broken_error() const {
         return receive_error_;
     try {
         return std::make_exception_ptr(
-            disconnected_error("receive_queue::next", connection_->peer(), connection_->broken_reason()));
+            disconnected_error(call(), connection_->peer(), connection_->broken_reason()));
     } catch (...) {
         return std::current_exception();
     }
@@ -174,104 +146,6 @@ std::exception_ptr receive_queue_state::broken_error() const {
 void receive_queue_state::on_broken() noexcept {
     if (finished())
         fail_waiters();
-}
-
-void receive_queue_state::fail_waiters() noexcept {
-    // A resumed waiter may drop the last handle to this queue (its
-    // coroutine ends, and with it whatever owned the queue): stay alive
-    // until the loop is done.
-    std::shared_ptr<receive_queue_state> keep = weak_from_this().lock();
-    while (next_operation* op = waiters_head_) {
-        unlink(op);
-        op->error_ = broken_error();
-        op->done_ = true;
-        if (op->timer_)
-            op->timer_->cancel();
-        op->continuation_.resume();
-    }
-}
-
-bool receive_queue_state::wait(next_operation* op) noexcept {
-    try {
-        if (!attached_) {
-            op->error_ = std::make_exception_ptr(
-                operation_cancelled("receive_queue::next", connection_->peer(), "the receive_queue was destroyed"));
-        } else if (work_slot* s = pop_arrived()) {
-            op->slot_ = s;
-        } else if (finished()) {
-            op->error_ = broken_error();
-        } else if (op->token_.stop_requested()) {
-            // Stopped while hopping here: the canceller found nothing yet.
-            op->error_ = std::make_exception_ptr(operation_cancelled("receive_queue::next", connection_->peer()));
-        } else {
-            // Weak: a timer outlives the wait it bounds (it is only flagged
-            // when the message comes first), and holding the queue would
-            // hold the connection and its event listener until it fires.
-            if (op->timeout_.count() >= 0)
-                op->timer_ = connection_->event_listener()->call_after(
-                    op->timeout_, [weak = weak_from_this(), op, ticket = op->ticket_] {
-                        if (auto self = weak.lock())
-                            self->cancel(op, ticket, true);
-                    });
-            op->waiting_ = true;
-            op->next_waiting_ = nullptr;
-            op->prev_waiting_ = waiters_tail_;
-            (waiters_tail_ ? waiters_tail_->next_waiting_ : waiters_head_) = op;
-            waiters_tail_ = op;
-            return true;
-        }
-    } catch (...) {
-        op->error_ = std::current_exception();
-    }
-    op->done_ = true;
-    return false;
-}
-
-void receive_queue_state::cancel(next_operation* op, std::uint64_t ticket, bool timed_out) noexcept {
-    for (next_operation* w = waiters_head_; w != nullptr; w = w->next_waiting_) {
-        if (w != op || w->ticket_ != ticket)
-            continue;
-        unlink(op);
-        try {
-            if (timed_out) {
-                auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(op->timeout_).count();
-                op->error_ = std::make_exception_ptr(std::system_error(
-                    std::make_error_code(std::errc::timed_out),
-                    "receive_queue::next from " + connection_->peer() + ": no message within " +
-                        std::to_string(ms) + " ms (none was taken; a later one goes to the next next())"));
-            } else {
-                op->error_ = std::make_exception_ptr(operation_cancelled("receive_queue::next", connection_->peer(),
-                                                                         "no message was taken"));
-            }
-        } catch (...) {
-            op->error_ = std::current_exception();
-        }
-        op->done_ = true;
-        if (op->timer_ && !timed_out)
-            op->timer_->cancel();
-        op->continuation_.resume();
-        return;
-    }
-}
-
-void receive_queue_state::abandon(next_operation* op) noexcept {
-    if (op->waiting_)
-        unlink(op);
-    if (op->timer_)
-        op->timer_->cancel();
-}
-
-void receive_queue_state::put_back(work_slot* slot) noexcept {
-    if (!attached_) {
-        release(slot);
-        return;
-    }
-    if (hand_to_waiter(slot))
-        return;
-    slot->next_in_line = arrived_head_;
-    arrived_head_ = slot;
-    if (arrived_tail_ == nullptr)
-        arrived_tail_ = slot;
 }
 
 void receive_queue_state::release(work_slot* slot) noexcept {
@@ -296,30 +170,6 @@ void receive_queue_state::release(work_slot* slot) noexcept {
                      e.what());
         connection_->shut_down(std::string("a receive_queue could not post a receive again: ") + e.what());
     }
-}
-
-void receive_queue_state::append_arrived(work_slot* slot) noexcept {
-    slot->next_in_line = nullptr;
-    (arrived_tail_ ? arrived_tail_->next_in_line : arrived_head_) = slot;
-    arrived_tail_ = slot;
-}
-
-work_slot* receive_queue_state::pop_arrived() noexcept {
-    work_slot* slot = arrived_head_;
-    if (slot != nullptr) {
-        arrived_head_ = slot->next_in_line;
-        if (arrived_head_ == nullptr)
-            arrived_tail_ = nullptr;
-        slot->next_in_line = nullptr;
-    }
-    return slot;
-}
-
-void receive_queue_state::unlink(next_operation* op) noexcept {
-    (op->prev_waiting_ ? op->prev_waiting_->next_waiting_ : waiters_head_) = op->next_waiting_;
-    (op->next_waiting_ ? op->next_waiting_->prev_waiting_ : waiters_tail_) = op->prev_waiting_;
-    op->next_waiting_ = op->prev_waiting_ = nullptr;
-    op->waiting_ = false;
 }
 
 bool receive_queue_state::is_borrowed(work_slot* slot) const noexcept {

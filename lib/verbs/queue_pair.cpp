@@ -39,17 +39,19 @@ ibv_qp_init_attr queue_pair::rc_attributes(const completion_queue& send_cq, cons
 std::shared_ptr<queue_pair> queue_pair::create(std::shared_ptr<protection_domain> pd,
                                                std::shared_ptr<completion_queue> send_cq,
                                                std::shared_ptr<completion_queue> recv_cq,
-                                               const qp_capacity& capacity) {
+                                               const qp_capacity& capacity, ibv_srq* srq) {
     std::shared_ptr<queue_pair> qp(new queue_pair(pd, send_cq, recv_cq, capacity));
     ibv_qp_init_attr init = rc_attributes(*send_cq, *recv_cq, capacity);
     init.qp_context = qp.get();
+    init.srq = srq;
+    qp->srq_ = srq;
     errno = 0;
     qp->qp_ = detail::check_pointer(ibv_create_qp(pd->native_handle(), &init), [&] {
         return "ibv_create_qp(device=" + pd->device()->name() + ", type=RC, max_send_wr=" +
                std::to_string(capacity.max_send_wr) + ", max_recv_wr=" + std::to_string(capacity.max_recv_wr) +
                ", max_send_sge=" + std::to_string(capacity.max_send_sge) + ", max_recv_sge=" +
                std::to_string(capacity.max_recv_sge) + ", max_inline_data=" +
-               std::to_string(capacity.max_inline_data) + ")";
+               std::to_string(capacity.max_inline_data) + (srq != nullptr ? ", srq" : "") + ")";
     });
     // The provider may round the capacities up; report what we really got.
     qp->capacity_.max_send_wr = init.cap.max_send_wr;

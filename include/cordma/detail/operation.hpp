@@ -75,6 +75,8 @@ struct CORDMA_API work_slot : completion_target {
     std::uint32_t byte_len = 0;
     bool has_imm = false;
     std::uint32_t received_imm = 0;
+    /// The QP the message arrived on (wc.qp_num).
+    std::uint32_t source_qp = 0;
 };
 
 /// The part of an operation's awaiter the connection drives. Lives in the

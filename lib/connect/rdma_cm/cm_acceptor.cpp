@@ -163,6 +163,7 @@ task<connection> cm_acceptor::accept(std::stop_token token) {
         parts.data = std::move(qp);
         parts.peer = std::move(peer);
         parts.watcher = std::move(cm);
+        parts.shared_receives = settings_.shared_receives;
         if (request->hello) {
             parts.agent_pool = rt_->pool;
             parts.limits = agent_limits_for(settings_);

@@ -40,9 +40,11 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
             // what the caller needs to hear is the refusal.
             if (e.code() == std::errc::timed_out && refused)
                 std::rethrow_exception(refused);
-            // Nothing listening yet: a server started at the same time as
-            // its client is not up yet. Try again until the deadline.
-            if (e.code() != std::errc::connection_refused || std::chrono::steady_clock::now() + backoff >= deadline)
+            // Nothing listening yet, or the host not answering yet: a server
+            // started at the same time as its client (or booting) is not up
+            // yet. Try again until the deadline.
+            bool not_yet = e.code() == std::errc::connection_refused || e.code() == std::errc::host_unreachable;
+            if (!not_yet || std::chrono::steady_clock::now() + backoff >= deadline)
                 throw;
             refused = std::current_exception();
         }
@@ -55,6 +57,7 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
         parts.data = std::move(data->qp);
         parts.peer = std::move(peer);
         parts.watcher = std::move(data->cm);
+        parts.shared_receives = settings.shared_receives;
         if (hello) {
             parts.agent_pool = rt->pool;
             parts.limits = agent_limits_for(settings);

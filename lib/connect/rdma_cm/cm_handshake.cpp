@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "engine/shared_receive_state.hpp"
 #include "verbs/check.hpp"
 
 namespace cordma::detail {
@@ -52,7 +53,7 @@ std::vector<std::byte> private_data_of(const cm_event_copy& event) {
         throw std::system_error(std::make_error_code(std::errc::connection_refused),
                                 "connect to " + peer + ": connection refused (nothing listening there, or the peer "
                                 "rejected it; " + describe(*event) + ")");
-    if (event->type == RDMA_CM_EVENT_UNREACHABLE || event->status == -ETIMEDOUT)
+    if (event->type == RDMA_CM_EVENT_UNREACHABLE || event->status == -ETIMEDOUT || event->status == -EHOSTUNREACH)
         throw std::system_error(std::make_error_code(std::errc::host_unreachable),
                                 "connect to " + peer + ": unreachable while " + step + " (" + describe(*event) + ")");
     throw std::system_error(std::make_error_code(std::errc::connection_aborted),
@@ -63,6 +64,12 @@ namespace {
 
 const qp_capacity& capacity_for(const connection_settings& settings, qp_role role) {
     return role == qp_role::control ? control_capacity : settings.capacity;
+}
+
+/// The data QP receives through builder::shared_receives; the agent's
+/// control QP always has its own receives.
+std::shared_ptr<shared_receive_state> shared_receives_for(const connection_settings& settings, qp_role role) {
+    return role == qp_role::data ? settings.shared_receives : nullptr;
 }
 
 /// rdma_init_qp_attr for `state`: what the connection manager knows (path,
@@ -119,7 +126,12 @@ task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settin
             throw_connect_failure(peer, step, event ? &*event : nullptr, settings.connect_timeout);
         co_return *event;
     };
-    check_minus_one(rdma_resolve_addr(cm->id(), nullptr, const_cast<sockaddr*>(where.get()), static_cast<int>(left().count())),
+    // At most 2 s per attempt: a host that is still booting leaves a failed
+    // neighbour entry that one long resolution may never retry; the caller
+    // tries again (host_unreachable) until the connect deadline.
+    auto attempt = std::min(left(), address_attempt);
+    check_minus_one(rdma_resolve_addr(cm->id(), nullptr, const_cast<sockaddr*>(where.get()),
+                                      static_cast<int>(attempt.count())),
                     [&] { return "rdma_resolve_addr(" + peer + ")"; });
     co_await expect(RDMA_CM_EVENT_ADDR_RESOLVED, "resolving the address");
     check_device(*rt, cm->id(), peer);
@@ -130,7 +142,7 @@ task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settin
     const device_context& device = *rt->event_listener->device();
     qp_connect_options options =
         qp_options(settings, device, rdma_get_local_addr(cm->id()), cm->id()->port_num, role);
-    auto qp = rt->create_qp(capacity_for(settings, role));
+    auto qp = rt->create_qp(capacity_for(settings, role), shared_receives_for(settings, role));
     auto [init, init_mask] = cm_attributes(cm->id(), IBV_QPS_INIT, peer);
     qp->modify_to_init(options, init, init_mask);
 
@@ -183,7 +195,7 @@ task<std::shared_ptr<queue_pair>> cm_accept_qp(std::shared_ptr<runtime> rt, cons
         if (hello && hello->mtu != 0)
             options.mtu = std::min(options.mtu, static_cast<ibv_mtu>(hello->mtu));
         options.mtu = capped_mtu(device, options);
-        qp = rt->create_qp(capacity_for(settings, role));
+        qp = rt->create_qp(capacity_for(settings, role), shared_receives_for(settings, role));
         auto [init, init_mask] = cm_attributes(cm->id(), IBV_QPS_INIT, peer);
         qp->modify_to_init(options, init, init_mask);
         auto [rtr, rtr_mask] = cm_attributes(cm->id(), IBV_QPS_RTR, peer);

@@ -37,6 +37,11 @@ struct cm_link {
 /// cordma's reply. Throws std::system_error (refused, unreachable, timed
 /// out; protocol_not_supported for a peer whose builder::agent differs),
 /// std::invalid_argument for a setting that cannot apply.
+/// How long one attempt to resolve a peer's address may take before
+/// cm_connect_qp fails with host_unreachable (and builder::connect tries
+/// again, until its deadline).
+inline constexpr std::chrono::milliseconds address_attempt{2000};
+
 task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settings& settings,
                             const socket_address& where, qp_role role, std::optional<cm_hello> hello,
                             std::chrono::steady_clock::time_point deadline);

@@ -15,6 +15,7 @@
 #include "connect/tcp/endpoint_message.hpp"
 #include "connect/tcp/tcp_channel.hpp"
 #include "connect/tcp/tcp_io.hpp"
+#include "engine/shared_receive_state.hpp"
 
 namespace cordma::detail {
 
@@ -28,7 +29,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
 
     qp_connect_options options = qp_options(settings, *device, io->local.get(), 0, qp_role::data);
     qp_connect_options control_options = qp_options(settings, *device, io->local.get(), 0, qp_role::control);
-    auto qp = rt->create_qp(settings.capacity);
+    auto qp = rt->create_qp(settings.capacity, settings.shared_receives);
     ibv_mtu mtu = std::min(options.mtu, device->query_port(options.port).active_mtu);
     endpoint_message ours{qp->local_endpoint(options.port, options.gid_index), mtu};
     if (!settings.with_agent) {
@@ -142,6 +143,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
         parts.data = std::move(qp);
         parts.peer = peer;
         parts.watcher = std::move(channel);
+        parts.shared_receives = settings.shared_receives;
         if (control_qp) {
             parts.agent_pool = rt->pool;
             parts.limits = agent_limits_for(settings);

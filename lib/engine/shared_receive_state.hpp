@@ -1,0 +1,100 @@
+#pragma once
+/// What a shared_receive_queue is underneath: the verbs SRQ, its receive
+/// slots and their buffers (one registration), the connections attached to
+/// it by QP number, and the connections that broke, for ended(). Messages
+/// and next() are the base's (message_queue_state). Touched only on the
+/// event listener thread, except the constructor and the read-only sizes.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <cordma/local_mr.hpp>
+#include <cordma/shared_receive_queue.hpp>
+#include "engine/message_queue_state.hpp"
+#include "engine/waiter_queue.hpp"
+
+struct ibv_srq;
+
+namespace cordma::detail {
+
+class connection_state;
+
+class shared_receive_state final : public message_queue_state {
+public:
+    /// Creates the SRQ on `pd` and registers `count` buffers of
+    /// `buffer_size` bytes; open() posts them. Throws as
+    /// shared_receive_queue's constructor says.
+    shared_receive_state(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<protection_domain> pd,
+                         std::size_t count, std::size_t buffer_size);
+    ~shared_receive_state() override;
+
+    ibv_srq* srq() const noexcept { return srq_; }
+    const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
+    std::size_t size() const noexcept { return slots_.size(); }
+    std::size_t buffer_size() const noexcept { return buffer_size_; }
+    /// False once the handle closed the queue.
+    bool open_for_connections() const noexcept { return attached_; }
+
+    /// Event listener thread. Posts every receive.
+    void open();
+    /// Event listener thread. The handle is gone: pending next() and
+    /// ended() fail with operation_cancelled, later messages are dropped.
+    void close() noexcept;
+
+    /// Event listener thread. A connection whose data QP receives through
+    /// the SRQ (from assemble), and its going (from its state's
+    /// destructor).
+    void attach(std::uint32_t qp_num, const std::string& peer, std::weak_ptr<connection_state> state);
+    void detach(std::uint32_t qp_num) noexcept;
+    /// Event listener thread. An attached connection broke: reported by
+    /// ended().
+    void on_broken(std::uint32_t qp_num, const std::string& peer, const std::string& why) noexcept;
+
+    /// Any thread.
+    std::string peer_of(std::uint32_t qp_num) const;
+    std::size_t connections() const;
+    const std::shared_ptr<waiter_queue<ended_connection>>& ends() const noexcept { return ends_; }
+
+    void release(work_slot* slot) noexcept override;
+
+    /// Runs when the state goes (any thread): gives back the CQ room.
+    std::function<void()> on_destroyed;
+
+private:
+    struct slot : work_slot {
+        shared_receive_state* srq = nullptr;
+    };
+    struct attached {
+        std::string peer;
+        std::weak_ptr<connection_state> state;
+    };
+    static void on_complete(completion_target* target, const ibv_wc& wc) noexcept;
+    void complete(slot* s, const ibv_wc& wc) noexcept;
+    void post(slot* s);
+    bool finished() const noexcept override { return false; }
+    std::exception_ptr broken_error() const override { return nullptr; }
+
+    std::shared_ptr<protection_domain> pd_;
+    ibv_srq* srq_ = nullptr;
+    std::size_t buffer_size_;
+    local_mr buffers_;
+    std::vector<slot> slots_;
+    mutable std::mutex attached_mutex_;  // the map is read from any thread
+    std::unordered_map<std::uint32_t, attached> attached_connections_;
+    std::shared_ptr<waiter_queue<ended_connection>> ends_;
+};
+
+/// How the library reaches inside the public handle.
+struct shared_receive_access {
+    static const std::shared_ptr<shared_receive_state>& state(const shared_receive_queue& q) noexcept {
+        return q.state_;
+    }
+};
+
+}  // namespace cordma::detail
