@@ -1,14 +1,19 @@
 // The byte formats cordma puts on the wire besides the agent's (which has
 // its own test, agent_protocol): the TCP endpoint message and the rdma_cm
-// hello, reply and refusal (docs/wire-formats.md). No device needed.
+// hello, reply and refusal (docs/wire-formats.md), and the rpc frame
+// header (lib/rpc/rpc_wire.hpp). No device needed.
 
 #include <algorithm>
 #include <cstring>
+#include <span>
+#include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "connect/rdma_cm/cm_hello.hpp"
 #include "connect/tcp/endpoint_message.hpp"
+#include "rpc/rpc_wire.hpp"
 
 using namespace cordma;
 
@@ -140,4 +145,57 @@ TEST_CASE("the rdma_cm hello and reply are recognised, and anything else is not"
         reply.mtu = IBV_MTU_1024;
         CHECK_FALSE(detail::cm_refusal::from(carrying(&reply, sizeof reply)).has_value());
     }
+}
+
+TEST_CASE("an rpc frame header round-trips, and decode names what is wrong with a bad one", "[wire][rpc]") {
+    namespace wire = detail::rpc_wire;
+    std::string why;
+    auto frame_of = [](const wire::header& h, std::size_t payload) {
+        std::vector<std::byte> bytes(wire::header_size + payload, std::byte{0x5a});
+        wire::encode(h, std::span<std::byte, wire::header_size>(bytes.data(), wire::header_size));
+        return bytes;
+    };
+
+    wire::header request{wire::frame::request, 0, 0x0102030405060708ull, 42, 5, 0, 0};
+    auto bytes = frame_of(request, 5);
+    CHECK(bytes[0] == std::byte{0x52});  // little-endian magic "RP"
+    CHECK(bytes[1] == std::byte{0x50});
+    auto back = wire::decode(bytes, why);
+    REQUIRE(back);
+    CHECK(back->type == wire::frame::request);
+    CHECK(back->id == 0x0102030405060708ull);
+    CHECK(back->code == 42);
+    CHECK(back->size == 5);
+
+    wire::header rts{wire::frame::response_rts, 3, 9, 0, 1ull << 26, 0x7f0000001000ull, 0xabcd};
+    back = wire::decode(frame_of(rts, 0), why);
+    REQUIRE(back);
+    CHECK(back->credits == 3);
+    CHECK(back->size == 1ull << 26);
+    CHECK(back->addr == 0x7f0000001000ull);
+    CHECK(back->rkey == 0xabcd);
+
+    auto rejected = [&](std::vector<std::byte> b, const char* expected) {
+        INFO(expected);
+        why.clear();
+        CHECK_FALSE(wire::decode(b, why));
+        CHECK_THAT(why, Catch::Contains(expected));
+    };
+    rejected(std::vector<std::byte>(47), "shorter than the 48-byte header");
+    auto b = frame_of(request, 5);
+    b[0] = std::byte{0};
+    rejected(b, "magic");
+    b = frame_of(request, 5);
+    b[2] = std::byte{2};
+    rejected(b, "protocol version 2");
+    b = frame_of(request, 5);
+    b[3] = std::byte{99};
+    rejected(b, "unknown type 99");
+    b = frame_of(request, 5);
+    b[20] = std::byte{1};
+    rejected(b, "reserved bytes");
+    rejected(frame_of(request, 4), "header says 5 bytes of payload");
+    rejected(frame_of(rts, 3), "header says 0 bytes of payload");
+    rejected(frame_of(wire::header{wire::frame::request_rts, 0, 1, 1, 0, 4096, 7}, 0), "for 0 bytes");
+    rejected(frame_of(wire::header{wire::frame::done, 0, 1, 0, 0, 4096, 7}, 0), "address or key");
 }
