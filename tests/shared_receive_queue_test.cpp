@@ -103,6 +103,9 @@ void many_clients_one_queue(endpoint_exchange how) {
     test::deadline limit(120s);
     builder server_builder;
     server_builder.exchange(how);
+    // 8 senders share 16 buffers: when all are taken a sender waits one RNR
+    // timer (the default, 655 ms, made a 45 s test in a busy CI VM).
+    server_builder.min_rnr_timer(1);
     shared_receive_queue srq(server_builder, 16, 256);
     server_builder.shared_receives(srq);
     listener l = server_builder.listen(any_port());
