@@ -2,22 +2,13 @@
 
 #include <cstring>
 
+#include "link/little_endian.hpp"
+
 namespace cordma::detail::link_wire {
 namespace {
 
-template <class T>
-void put(std::byte* at, T value) noexcept {
-    for (std::size_t i = 0; i < sizeof(T); ++i)
-        at[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
-}
-
-template <class T>
-T get(const std::byte* at) noexcept {
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i)
-        v |= static_cast<std::uint64_t>(at[i]) << (8 * i);
-    return static_cast<T>(v);
-}
+using little_endian::get;
+using little_endian::put;
 
 }  // namespace
 

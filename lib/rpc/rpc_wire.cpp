@@ -5,22 +5,13 @@
 
 #include <cstring>
 
+#include "link/little_endian.hpp"
+
 namespace cordma::detail::rpc_wire {
 namespace {
 
-template <class T>
-void put(std::byte* at, T value) noexcept {
-    for (std::size_t i = 0; i < sizeof(T); ++i)
-        at[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xff);
-}
-
-template <class T>
-T get(const std::byte* at) noexcept {
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i)
-        v |= static_cast<std::uint64_t>(at[i]) << (8 * i);
-    return static_cast<T>(v);
-}
+using little_endian::get;
+using little_endian::put;
 
 constexpr std::uint8_t last_type = static_cast<std::uint8_t>(frame::credit);
 
