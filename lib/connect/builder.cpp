@@ -117,26 +117,6 @@ builder& builder::private_data(std::string_view bytes) {
     return private_data(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())));
 }
 
-namespace {
-
-// Refused at connect and listen, before anything is set up (a listener
-// would otherwise drop every client it accepts).
-void check_shared_receives(const connection_settings& settings, const detail::runtime& rt, const char* call) {
-    if (!settings.shared_receives)
-        return;
-    if (!settings.shared_receives->open_for_connections())
-        throw std::logic_error(std::string("builder::shared_receives, at ") + call +
-                               ": the shared_receive_queue was destroyed; give the builder a live one, or an empty "
-                               "one for connections with their own receives");
-    if (settings.shared_receives->pd() != rt.pd)
-        throw std::invalid_argument(std::string("builder::shared_receives, at ") + call +
-                                    ": the shared_receive_queue was made from another builder (another protection "
-                                    "domain), so these connections cannot receive through it; make it from this "
-                                    "builder");
-}
-
-}  // namespace
-
 builder& builder::shared_receives(const shared_receive_queue& queue) {
     settings_.shared_receives = queue ? detail::shared_receive_access::state(queue) : nullptr;
     return *this;
@@ -157,7 +137,9 @@ task<connection> builder::connect(std::string address) {
     socket_address where = resolve(parse_address(address));
     detail::check_handshake_settings(settings_, detail::handshake_side::connecting);
     auto rt = runtime();
-    check_shared_receives(settings_, *rt, "connect");
+    // Refused here, before anything is set up.
+    if (settings_.shared_receives)
+        rt->check_shared_receives(*settings_.shared_receives, "connect");
     if (settings_.exchange == endpoint_exchange::tcp)
         return detail::connect_tcp(std::move(rt), settings_, where);
     return detail::connect_rdma_cm(std::move(rt), settings_, where);
@@ -166,7 +148,9 @@ task<connection> builder::connect(std::string address) {
 listener builder::listen(std::string_view address) {
     socket_address where = resolve(parse_address(address, 0, true), true);
     detail::check_handshake_settings(settings_, detail::handshake_side::accepting);
-    check_shared_receives(settings_, *runtime(), "listen");
+    // Refused here: a listener would otherwise drop every client it accepts.
+    if (settings_.shared_receives)
+        runtime()->check_shared_receives(*settings_.shared_receives, "listen");
     if (settings_.exchange == endpoint_exchange::tcp)
         return detail::listen_tcp(runtime(), settings_, where);
     return detail::listen_rdma_cm(runtime(), settings_, where);

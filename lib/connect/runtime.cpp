@@ -37,7 +37,10 @@ void runtime::release(const qp_capacity& capacity) noexcept {
 void runtime::reserve_receives(std::uint32_t entries) { reserve(qp_capacity{.max_send_wr = 0, .max_recv_wr = entries}); }
 
 void runtime::release_receives(std::uint32_t entries) noexcept {
-    qp_capacity room{.max_send_wr = 0, .max_recv_wr = entries};
+    release_from_any_thread(qp_capacity{.max_send_wr = 0, .max_recv_wr = entries});
+}
+
+void runtime::release_from_any_thread(const qp_capacity& room) noexcept {
     if (event_listener->running_in_this_thread()) {
         release(room);
         return;
@@ -55,13 +58,8 @@ void runtime::release_receives(std::uint32_t entries) noexcept {
 std::shared_ptr<queue_pair> runtime::create_qp(const qp_capacity& requested, std::shared_ptr<shared_receive_state> srq) {
     qp_capacity capacity = requested;
     if (srq) {
-        if (!srq->open_for_connections())
-            throw std::logic_error("builder::shared_receives: the shared_receive_queue was destroyed; make new "
-                                   "connections with a live one, or without");
-        if (srq->pd() != pd)
-            throw std::invalid_argument("builder::shared_receives: the shared_receive_queue was made from another "
-                                        "builder (another protection domain), so these connections cannot receive "
-                                        "through it; make it from this builder");
+        // Checked at connect and listen too; the queue may have gone since.
+        check_shared_receives(*srq, "setting up a connection");
         // Receives come from the SRQ (its room on the CQ is reserved).
         capacity.max_recv_wr = 0;
         capacity.max_recv_sge = 0;
@@ -75,23 +73,28 @@ std::shared_ptr<queue_pair> runtime::create_qp(const qp_capacity& requested, std
         throw;
     }
     // The QP may be destroyed on any thread; the room goes back on the
-    // event listener thread, where the counts live.
+    // event listener thread, where the counts live. The SRQ goes only
+    // after the QP that receives through it.
     std::weak_ptr<runtime> owner = weak_from_this();
     auto* raw = qp.get();
-    // The SRQ goes only after the QP that receives through it.
     return std::shared_ptr<queue_pair>(raw, [qp = std::move(qp), owner, capacity, srq](queue_pair*) mutable {
         qp.reset();
         srq.reset();
-        if (auto rt = owner.lock()) {
-            if (rt->event_listener->running_in_this_thread())
-                rt->release(capacity);
-            else
-                rt->event_listener->post([owner, capacity] {
-                    if (auto alive = owner.lock())
-                        alive->release(capacity);
-                });
-        }
+        if (auto rt = owner.lock())
+            rt->release_from_any_thread(capacity);
     });
+}
+
+void runtime::check_shared_receives(const shared_receive_state& srq, const char* when) const {
+    if (!srq.open_for_connections())
+        throw std::logic_error(std::string("builder::shared_receives, at ") + when +
+                               ": the shared_receive_queue was destroyed; give the builder a live one, or an empty "
+                               "one for connections with their own receives");
+    if (srq.pd() != pd)
+        throw std::invalid_argument(std::string("builder::shared_receives, at ") + when +
+                                    ": the shared_receive_queue was made from another builder (another protection "
+                                    "domain), so these connections cannot receive through it; make it from this "
+                                    "builder");
 }
 
 }  // namespace cordma::detail

@@ -47,9 +47,15 @@ struct runtime : std::enable_shared_from_this<runtime> {
     void reserve_receives(std::uint32_t entries);
     void release_receives(std::uint32_t entries) noexcept;
 
+    /// Throws (naming builder::shared_receives and `when`) unless `srq` is
+    /// alive and on this runtime's protection domain.
+    void check_shared_receives(const shared_receive_state& srq, const char* when) const;
+
 private:
     void reserve(const qp_capacity& capacity);
     void release(const qp_capacity& capacity) noexcept;
+    /// release(), on the event listener thread (posted there from others).
+    void release_from_any_thread(const qp_capacity& capacity) noexcept;
 };
 
 /// The device, event listener, PD, pool and CQs `settings` ask for.
