@@ -4,12 +4,12 @@
 #include <cordma/shared_receive_queue.hpp>
 
 #include <cstdio>
-#include <future>
 #include <stdexcept>
 
 #include <cordma/builder.hpp>
 #include <cordma/device.hpp>
 #include "connect/runtime.hpp"
+#include "engine/run_and_wait.hpp"
 #include "engine/shared_receive_state.hpp"
 
 namespace cordma {
@@ -31,22 +31,7 @@ shared_receive_queue::shared_receive_queue(builder& b, std::size_t count, std::s
         };
         state->open();
     };
-    const auto& listener = rt->event_listener;
-    if (listener->running_in_this_thread()) {
-        open();
-    } else {
-        std::promise<void> opened;
-        auto done = opened.get_future();
-        listener->post([&open, &opened] {
-            try {
-                open();
-                opened.set_value();
-            } catch (...) {
-                opened.set_exception(std::current_exception());
-            }
-        });
-        done.get();
-    }
+    detail::run_and_wait(*rt->event_listener, open);
     state_ = std::move(state);
 }
 

@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <future>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "engine/connection_state.hpp"
 #include "engine/receive_queue_state.hpp"
+#include "engine/run_and_wait.hpp"
 
 namespace cordma {
 
@@ -102,24 +102,9 @@ receive_queue::receive_queue(cordma::connection conn, std::vector<local_slice> b
 void receive_queue::start(std::vector<local_slice> buffers) {
     auto state = std::make_shared<detail::receive_queue_state>(detail::connection_access::state(connection_),
                                                                std::move(buffers));
-    const auto& listener = connection_.event_listener();
-    if (listener->running_in_this_thread()) {
-        state->open();
-    } else {
-        // Posted before the constructor returns, so a peer told "ready" right
-        // after finds every receive there.
-        std::promise<void> opened;
-        auto done = opened.get_future();
-        listener->post([&state, &opened] {
-            try {
-                state->open();
-                opened.set_value();
-            } catch (...) {
-                opened.set_exception(std::current_exception());
-            }
-        });
-        done.get();
-    }
+    // Posted before the constructor returns, so a peer told "ready" right
+    // after finds every receive there.
+    detail::run_and_wait(*connection_.event_listener(), [&state] { state->open(); });
     state_ = std::move(state);
 }
 
