@@ -28,6 +28,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_format import human  # noqa: E402
+
 # What is measured. Each group is one test at one size; its runs follow each
 # other directly. `compare_to` names the perftest run a cordma run is
 # judged against.
@@ -310,13 +313,6 @@ def cell(stats, metric, digits=2):
         return fmt(s["median"], digits)
     return f"{fmt(s['median'], digits)} ({fmt(s['min'], digits)}–{fmt(s['max'], digits)})"
 
-
-def human(n):
-    if n >= 1 << 20 and n % (1 << 20) == 0:
-        return f"{n >> 20} MiB"
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n >> 10} KiB"
-    return f"{n} B"
 
 
 def med(agg, key, metric):

@@ -24,6 +24,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from report_format import fmt, human, short  # noqa: E402
+
 IMPLS = [("cordma", "cordma::stream"), ("rsocket", "rsocket (rstream)"), ("tcp", "TCP (rstream -T s)")]
 MODES = {
     "spin": {"cordma": "polling_mode::busy", "rsocket": "nonblocking calls, spinning on EAGAIN (rstream's default)",
@@ -32,23 +35,7 @@ MODES = {
 }
 
 
-def human(n):
-    if n >= 1 << 20 and n % (1 << 20) == 0:
-        return f"{n >> 20} MiB"
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n >> 10} KiB"
-    return f"{n} B"
 
-
-def short(n):
-    for shift, unit in ((20, "M"), (10, "K")):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift}{unit}"
-    return str(n)
-
-
-def fmt(v, digits=1):
-    return "–" if v is None else f"{v:.{digits}f}"
 
 
 def load(raw_path):
