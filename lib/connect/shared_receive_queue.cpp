@@ -51,6 +51,7 @@ void shared_receive_queue::close() noexcept {
     if (!state_)
         return;
     auto state = std::move(state_);
+    state->stop_accepting_connections();
     try {
         state->on_listener_thread([state] { state->close(); });
     } catch (const std::exception& e) {

@@ -79,6 +79,7 @@ shared_receive_state::~shared_receive_state() {
 
 void shared_receive_state::open() {
     attached_ = true;
+    accepting_.store(true, std::memory_order_release);
     for (slot& s : slots_)
         post(&s);
 }
@@ -100,6 +101,7 @@ void shared_receive_state::close() noexcept {
     if (!attached_)
         return;
     attached_ = false;
+    stop_accepting_connections();
     // Messages nobody took are dropped: their buffers stay unposted.
     while (pop_arrived() != nullptr) {
     }

@@ -5,6 +5,7 @@
 /// and next() are the base's (message_queue_state). Touched only on the
 /// event listener thread, except the constructor and the read-only sizes.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,8 +39,12 @@ public:
     const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
     std::size_t size() const noexcept { return slots_.size(); }
     std::size_t buffer_size() const noexcept { return buffer_size_; }
-    /// False once the handle closed the queue.
-    bool open_for_connections() const noexcept { return attached_; }
+    /// Any thread. False once the handle is closing the queue: set at once
+    /// by the handle, on its own thread, so a builder asked for a connection
+    /// right after the handle went refuses it (close() itself runs later, on
+    /// the event listener thread).
+    bool open_for_connections() const noexcept { return accepting_.load(std::memory_order_acquire); }
+    void stop_accepting_connections() noexcept { accepting_.store(false, std::memory_order_release); }
 
     /// Event listener thread. Posts every receive.
     void open();
@@ -85,6 +90,7 @@ private:
     std::size_t buffer_size_;
     local_mr buffers_;
     std::vector<slot> slots_;
+    std::atomic<bool> accepting_{false};
     mutable std::mutex attached_mutex_;  // the map is read from any thread
     std::unordered_map<std::uint32_t, attached> attached_connections_;
     std::shared_ptr<waiter_queue<ended_connection>> ends_;
