@@ -24,6 +24,7 @@
 #include <cordma/shared_receive_queue.hpp>
 #include <cordma/remote_slice.hpp>
 #include <cordma/remote_mr.hpp>
+#include <cordma/rpc.hpp>
 #include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>

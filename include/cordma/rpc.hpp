@@ -1,0 +1,294 @@
+#pragma once
+/// cordma::rpc: request/response calls over RDMA, many clients to one
+/// server, any sizes.
+///
+///     cordma::builder b;
+///     cordma::rpc::server server(b, {.credits = 16});   // b's connections share one SRQ
+///     server.handle(1, "echo", [](cordma::rpc::request r) -> cordma::task<std::vector<std::byte>> {
+///         co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
+///     });
+///     co_await server.serve(b.listen("0.0.0.0:7471"), stop);  // until `stop` is requested
+///
+///     cordma::rpc::client c = co_await cordma::rpc::client::connect(cb, "10.0.0.1:7471");
+///     std::vector<std::byte> answer = co_await c.call(1, bytes);  // many in flight at once
+///
+/// Protocol (lib/rpc/rpc_wire.hpp, docs/rpc.md): one SEND per frame.
+/// - Requests and responses up to the eager size go inline: into the
+///   server's shared receive queue (one for all clients), or the client's
+///   own posted receives. Larger ones go by rendezvous: the sender
+///   registers its buffer and sends its address; the receiver RDMA-READs it
+///   straight into the memory it hands the handler (request) or returns
+///   (response). No copy of a large payload on either side.
+/// - Credits: the server's hello grants each client `credits` calls in
+///   flight; a response hands its call's credit back (a large response's
+///   once the client has read it). Calls beyond the credits wait in the
+///   client, in order, so no client can fill the server's receives.
+/// - Matching: the client numbers its calls; responses come back in any
+///   order and find their call by number. A call whose deadline passes or
+///   whose token stops fails at once (rpc_errc::timed_out / cancelled); its
+///   response, if it still comes, is dropped (a large one unread).
+/// - Liveness: while calls wait, the client RDMA-READs an 8-byte word of
+///   the server's once a second. A server whose process ends closes its
+///   connections, which fails every pending call at once; one whose host
+///   stops answering fails that read within the QP's retry time (about 0.5 s
+///   at the builder's defaults), so pending calls fail with
+///   rpc_errc::server_gone within 5 s either way.
+///
+/// Errors: rpc_error, a std::system_error whose code is an rpc_errc and
+/// whose message names the call, the method and the server. An unknown
+/// method, a handler that throws, and a request over the server's limit
+/// fail that call only; a malformed frame closes that client's connection
+/// only (the server logs the violation and serves the others).
+///
+/// Threads: handlers run inline on the event listener thread by default
+/// (no thread hop: the fastest, but a handler that blocks stalls every
+/// connection of that listener); give server_options::executor to run them
+/// elsewhere (an Asio thread pool, say), at the cost of two thread hops a
+/// call. Client calls resume on the event listener thread.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <vector>
+
+#include <cordma/builder.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/export.hpp>
+#include <cordma/listener.hpp>
+#include <cordma/task.hpp>
+
+struct ibv_srq;
+
+namespace cordma::rpc {
+
+/// What an rpc_error says went wrong.
+enum class rpc_errc {
+    unknown_method = 1,  ///< the server has no handler for the method
+    handler_failed = 2,  ///< the handler threw (the message is its what())
+    too_large = 3,       ///< over the server's max_request or the client's max_response
+    protocol = 4,        ///< a malformed frame, or a peer that is not a cordma rpc peer
+    timed_out = 5,       ///< the call's deadline passed (compares equal to std::errc::timed_out)
+    cancelled = 6,       ///< the call's token stopped, or the client closed
+    server_gone = 7,     ///< the connection to the server broke (closed, failed, host gone)
+};
+
+CORDMA_API const std::error_category& rpc_category() noexcept;
+inline std::error_code make_error_code(rpc_errc e) noexcept { return {static_cast<int>(e), rpc_category()}; }
+
+class CORDMA_API rpc_error : public std::system_error {
+public:
+    rpc_error(rpc_errc code, const std::string& what) : std::system_error(make_error_code(code), what) {}
+    rpc_errc errc() const noexcept { return static_cast<rpc_errc>(code().value()); }
+};
+
+struct server_options {
+    /// Requests up to this many bytes travel inline (each receive of the
+    /// server holds one, behind the 48-byte header); larger ones by
+    /// rendezvous. 64 B to 1 MiB.
+    std::size_t eager_size = 4096;
+    /// Receives in the shared receive queue, for all clients together. The
+    /// server's receives never run dry while receives >= credits x clients;
+    /// beyond that, clients' requests wait in receiver-not-ready retries
+    /// (builder::min_rnr_timer on the server, rnr_retry on the client), and
+    /// the server says so once on stderr. At least `credits`.
+    std::size_t receives = 512;
+    /// Calls each client may have in flight (1 to 1024).
+    std::uint32_t credits = 16;
+    /// The largest request accepted; larger ones fail with too_large.
+    std::size_t max_request = std::size_t(1) << 30;
+    /// Where handlers run: empty = inline on the event listener thread.
+    /// Given, each handler starts inside a function passed to it (run it
+    /// on any thread, e.g. asio::post(pool, f)); the response is sent from
+    /// the event listener thread.
+    std::function<void(std::function<void()>)> executor{};
+    /// true: one shared receive queue (SRQ) for every client, when the
+    /// device has SRQs (else a receive queue per client, said on stderr).
+    /// false: a receive queue of `credits` receives per client, always.
+    bool shared_receives = true;
+};
+
+/// The request a handler gets. Its bytes stay valid until the handler's
+/// task completes (they are the server's receive buffer, or the memory a
+/// large request was read into: not copied).
+class CORDMA_API request {
+public:
+    std::span<const std::byte> bytes() const noexcept { return bytes_; }
+    std::uint32_t method() const noexcept { return method_; }
+    /// The client's address, as errors and logs name it.
+    const std::string& peer() const noexcept { return *peer_; }
+
+    request(std::span<const std::byte> bytes, std::uint32_t method, const std::string* peer) noexcept
+        : bytes_(bytes), method_(method), peer_(peer) {}
+
+private:
+    std::span<const std::byte> bytes_;
+    std::uint32_t method_ = 0;
+    const std::string* peer_ = nullptr;
+};
+
+/// A handler: the response bytes for a request. What it throws goes back to
+/// the caller as rpc_error(handler_failed, its what()); the server goes on.
+using handler = std::function<task<std::vector<std::byte>>(request)>;
+
+namespace detail {
+class server_state;
+class client_state;
+template <class T>
+std::vector<std::byte> to_bytes(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T>, "rpc typed calls take trivially copyable types");
+    std::vector<std::byte> out(sizeof(T));
+    std::memcpy(out.data(), &value, sizeof(T));
+    return out;
+}
+template <class T>
+T from_bytes(std::span<const std::byte> bytes, const char* what) {
+    static_assert(std::is_trivially_copyable_v<T>, "rpc typed calls take trivially copyable types");
+    if (bytes.size() != sizeof(T))
+        throw std::invalid_argument(std::string("cordma::rpc: ") + what + " of " + std::to_string(bytes.size()) +
+                                    " bytes, expected " + std::to_string(sizeof(T)));
+    T value;
+    std::memcpy(&value, bytes.data(), sizeof(T));
+    return value;
+}
+}  // namespace detail
+
+class CORDMA_API server {
+public:
+    /// Sets `b` up for rpc, for listeners made from it afterwards: plain
+    /// connections (builder::agent(false)), the server's hello in the
+    /// accept's private data, and a shared receive queue on its device
+    /// (server_options::receives of eager_size + 48 bytes) that every
+    /// connection receives through; a builder left at min_rnr_timer 0
+    /// (655 ms) gets 12 (0.64 ms), so a client that finds the receives
+    /// full retries soon. Throws std::invalid_argument for options out of
+    /// range, naming the field.
+    explicit server(builder& b, server_options options = {});
+    server(server&&) noexcept = default;
+    server& operator=(server&&) noexcept;
+    server(const server&) = delete;
+    server& operator=(const server&) = delete;
+    /// Closes every client's connection; calls in progress are answered
+    /// with nothing (their clients see server_gone).
+    ~server();
+
+    /// Registers `h` for `method`; `name` is how logs and errors call it.
+    /// Throws std::invalid_argument for a method registered already or an
+    /// empty handler. Register before serving (or from the event listener
+    /// thread).
+    void handle(std::uint32_t method, std::string name, handler h);
+
+    /// A handler taking and returning trivially copyable structs (a request
+    /// of another size fails the call with handler_failed).
+    template <class Request, class Response, class F>
+    void handle_as(std::uint32_t method, std::string name, F f) {
+        handle(method, std::move(name), [f = std::move(f)](request r) -> task<std::vector<std::byte>> {
+            Request in = detail::from_bytes<Request>(r.bytes(), "request");
+            Response out = co_await f(in);
+            co_return detail::to_bytes(out);
+        });
+    }
+
+    /// Accepts clients from `l` (made from the builder given to the
+    /// constructor, after it) and serves them until `token` stops (or the
+    /// listener is closed); then stops accepting, waits for the calls in
+    /// progress to be answered, and returns; connections stay up until the
+    /// server is destroyed. A client that is not an rpc client is refused
+    /// and logged. Throws std::logic_error for a listener from another
+    /// builder.
+    task<void> serve(listener l, std::stop_token token = {});
+
+    /// Clients connected now.
+    std::size_t clients() const;
+    /// Their connections (a snapshot), e.g. to inspect their QPs.
+    std::vector<cordma::connection> connections() const;
+    /// The SRQ every client's connection receives through (nullptr: a
+    /// receive queue per client).
+    ibv_srq* shared_receive_queue() const;
+    const server_options& options() const;
+
+private:
+    std::shared_ptr<detail::server_state> state_;
+};
+
+struct client_options {
+    /// Responses up to this many bytes travel inline into the client's
+    /// receives; larger ones by rendezvous. 64 B to 1 MiB.
+    std::size_t eager_size = 4096;
+    /// A call's deadline unless the call says otherwise (positive).
+    std::chrono::milliseconds deadline{30'000};
+    /// The largest response accepted; larger ones fail with too_large.
+    std::size_t max_response = std::size_t(1) << 30;
+};
+
+struct call_options {
+    /// 0: client_options::deadline.
+    std::chrono::milliseconds deadline{0};
+    std::stop_token token{};
+};
+
+class CORDMA_API client {
+public:
+    /// An empty handle: calls throw std::logic_error.
+    client() = default;
+    /// Connects to an rpc server at `address` ("host:port") with `b`'s
+    /// settings (a copy of it, made plain: builder::agent(false), with the
+    /// client's hello as private data). Throws as builder::connect does,
+    /// and rpc_error(protocol) if the listener is not an rpc server.
+    static task<client> connect(builder b, std::string address, client_options options = {});
+    client(client&&) noexcept = default;
+    client& operator=(client&&) noexcept;
+    client(const client&) = delete;
+    client& operator=(const client&) = delete;
+    /// Shuts the connection down; pending calls fail with cancelled.
+    ~client();
+
+    /// Sends `request` to `method` and returns the response. Many calls may
+    /// be in flight at once, from any coroutines, any thread; each resumes
+    /// on the event listener thread. `request` must stay valid until the
+    /// call returns; one over the eager size is read by the server straight
+    /// from that memory, and if its call ends early (deadline, token) the
+    /// server may still read it until it answers (the client keeps it
+    /// registered until then). Throws rpc_error.
+    task<std::vector<std::byte>> call(std::uint32_t method, std::span<const std::byte> request,
+                                      call_options options = {});
+    /// A typed call: trivially copyable request and response structs.
+    template <class Response, class Request>
+    task<Response> call_as(std::uint32_t method, Request request, call_options options = {}) {
+        std::vector<std::byte> in = detail::to_bytes(request);
+        std::vector<std::byte> out = co_await call(method, in, std::move(options));
+        co_return detail::from_bytes<Response>(out, "response");
+    }
+    /// The same as call, blocking, for code outside coroutines (never on
+    /// the event listener thread: std::logic_error there).
+    std::vector<std::byte> call_sync(std::uint32_t method, std::span<const std::byte> request,
+                                     call_options options = {});
+
+    /// Closes the connection gracefully; pending calls fail with cancelled.
+    task<void> close();
+
+    /// The server, as errors name it.
+    const std::string& peer() const;
+    /// The calls the server lets this client have in flight.
+    std::uint32_t credits() const;
+    /// The underlying connection (its QP, its settings).
+    const cordma::connection& connection() const;
+
+private:
+    explicit client(std::shared_ptr<detail::client_state> state) : state_(std::move(state)) {}
+    detail::client_state& checked(const char* call) const;
+    std::shared_ptr<detail::client_state> state_;
+};
+
+}  // namespace cordma::rpc
+
+template <>
+struct std::is_error_code_enum<cordma::rpc::rpc_errc> : std::true_type {};

@@ -1,0 +1,621 @@
+// cordma::rpc over real rxe connections: 64 clients with pipelined calls,
+// every response checked, all through one SRQ (shown by each server QP's
+// attributes); sizes across the eager threshold up to 64 MiB both ways;
+// every error case reaching its call (unknown method, a handler that
+// throws, too large either way, a malformed frame closing only its
+// client); deadlines and stop tokens; a client process killed mid-call; a
+// server that dies, as a process or by going silent; handlers on an
+// executor; the fallback to a receive queue per client, over the TCP
+// exchange; the typed and blocking calls.
+
+#include <infiniband/verbs.h>
+
+#include <asio/post.hpp>
+#include <asio/thread_pool.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <cordma/builder.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/error.hpp>
+#include <cordma/listener.hpp>
+#include <cordma/rpc.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+#include <cordma/task_group.hpp>
+#include <cordma/when_all.hpp>
+
+#include "support/deadline.hpp"
+#include "support/peer_process.hpp"
+#include "support/rxe_device.hpp"
+
+using namespace cordma;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+builder test_builder() {
+    builder b;
+    b.device(test::test_device_name());
+    return b;
+}
+
+std::string any_port() { return test::test_address() + ":0"; }
+
+/// Byte i of the payload with `seed`: no chunking or misplacement can fake it.
+std::byte pattern(std::uint64_t seed, std::size_t i) {
+    return static_cast<std::byte>((seed * 131 + i * 7 + (i >> 12) * 13) & 0xff);
+}
+
+std::vector<std::byte> payload(std::uint64_t seed, std::size_t size) {
+    std::vector<std::byte> out(size);
+    for (std::size_t i = 0; i < size; ++i)
+        out[i] = pattern(seed, i);
+    return out;
+}
+
+bool matches(std::span<const std::byte> bytes, std::uint64_t seed) {
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+        if (bytes[i] != pattern(seed, i))
+            return false;
+    return true;
+}
+
+// Trivially destructible: g++ 12 destroys a braced temporary awaiter twice
+// in some coroutines.
+struct sleep_for {
+    event_listener* listener;
+    std::chrono::milliseconds delay;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) { listener->call_after(delay, [h] { h.resume(); }); }
+    void await_resume() const noexcept {}
+};
+
+/// A request of method 2 ("shape"): the response's size and seed, then
+/// the request's own seed; the rest of the request is its pattern, which
+/// the handler checks.
+struct shape {
+    std::uint64_t response_size;
+    std::uint64_t response_seed;
+    std::uint64_t request_seed;
+};
+
+std::vector<std::byte> shape_request(std::size_t request_size, std::uint64_t request_seed,
+                                     std::uint64_t response_size, std::uint64_t response_seed) {
+    std::vector<std::byte> r = payload(request_seed, std::max(request_size, sizeof(shape)));
+    shape s{response_size, response_seed, request_seed};
+    std::memcpy(r.data(), &s, sizeof s);
+    return r;
+}
+
+/// The handlers every server here has: 1 echo, 2 shape, 3 slow (answers
+/// after the milliseconds in its request), 4 fails (throws).
+void add_handlers(rpc::server& server, std::shared_ptr<event_listener> listener) {
+    server.handle(1, "echo", [](rpc::request r) -> task<std::vector<std::byte>> {
+        co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
+    });
+    server.handle(2, "shape", [](rpc::request r) -> task<std::vector<std::byte>> {
+        if (r.bytes().size() < sizeof(shape))
+            throw std::invalid_argument("shape: a request of " + std::to_string(r.bytes().size()) + " bytes");
+        shape s;
+        std::memcpy(&s, r.bytes().data(), sizeof s);
+        auto rest = r.bytes().subspan(sizeof s);
+        for (std::size_t i = 0; i < rest.size(); ++i)
+            if (rest[i] != pattern(s.request_seed, i + sizeof s))
+                throw std::runtime_error("shape: request byte " + std::to_string(i + sizeof s) + " is wrong");
+        co_return payload(s.response_seed, s.response_size);
+    });
+    server.handle(3, "slow", [listener](rpc::request r) -> task<std::vector<std::byte>> {
+        std::uint32_t ms = 0;
+        std::memcpy(&ms, r.bytes().data(), std::min(r.bytes().size(), sizeof ms));
+        co_await sleep_for{listener.get(), std::chrono::milliseconds(ms)};
+        co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
+    });
+    server.handle(4, "fails", [](rpc::request) -> task<std::vector<std::byte>> {
+        throw std::runtime_error("the disk is on fire");
+        co_return std::vector<std::byte>{};
+    });
+}
+
+std::vector<std::byte> slow_request(std::uint32_t ms) {
+    std::vector<std::byte> r(sizeof ms);
+    std::memcpy(r.data(), &ms, sizeof ms);
+    return r;
+}
+
+/// A server on its own builder (its own event listener thread), serving
+/// until the fixture is destroyed.
+struct running_server {
+    builder b = test_builder();
+    rpc::server server;
+    listener l;
+    std::stop_source stop;
+    std::thread thread;
+
+    explicit running_server(rpc::server_options options = {}, endpoint_exchange how = endpoint_exchange::rdma_cm)
+        : server(configure(b, how), std::move(options)) {
+        add_handlers(server, b.event_listener());
+        l = b.listen(any_port());
+        thread = std::thread([this] { sync_wait(server.serve(l, stop.get_token())); });
+    }
+    static builder& configure(builder& b, endpoint_exchange how) {
+        b.exchange(how);
+        return b;
+    }
+    ~running_server() {
+        stop.request_stop();
+        thread.join();
+    }
+    std::string address() const { return l.address(); }
+};
+
+rpc::rpc_errc errc_of(const std::function<void()>& f, std::string* message = nullptr) {
+    try {
+        f();
+    } catch (const rpc::rpc_error& e) {
+        if (message != nullptr)
+            *message = e.what();
+        return e.errc();
+    }
+    FAIL("no rpc_error was thrown");
+    return {};
+}
+
+task<void> echo_lane(rpc::client* c, int index, int* next, int calls, std::atomic<int>* wrong,
+                     std::atomic<int>* answered) {
+    while (*next < calls) {
+        int k = (*next)++;
+        std::uint64_t seed = std::uint64_t(index) * 100'000 + k;
+        std::size_t size = 8 + (seed * 37) % 3000;
+        std::vector<std::byte> request = payload(seed, size);
+        std::vector<std::byte> response = co_await c->call(1, request);
+        if (response != request)
+            ++*wrong;
+        ++*answered;
+    }
+}
+
+task<void> pipelined_client(builder b, std::string address, int index, int calls, int depth,
+                            std::atomic<int>* wrong, std::atomic<int>* answered) {
+    rpc::client c = co_await rpc::client::connect(b, address);
+    int next = 0;
+    task_group lanes;
+    for (int lane = 0; lane < depth; ++lane)
+        lanes.spawn(echo_lane(&c, index, &next, calls, wrong, answered));
+    co_await lanes.join();
+    co_await c.close();
+}
+
+task<void> many_clients(builder b, std::string address, int clients, int calls, int depth, std::atomic<int>* wrong,
+                        std::atomic<int>* answered) {
+    task_group all;
+    for (int i = 0; i < clients; ++i)
+        all.spawn(pipelined_client(b, address, i, calls, depth, wrong, answered));
+    co_await all.join();
+}
+
+/// A call of method 2 with a request of `request_size` and a response of
+/// `response_size`; counts the responses that are right.
+task<void> shaped_call(rpc::client* c, std::uint64_t seed, std::size_t request_size, std::size_t response_size,
+                       std::atomic<int>* right) {
+    std::vector<std::byte> request = shape_request(request_size, seed, response_size, seed + 1);
+    std::vector<std::byte> response = co_await c->call(2, request);
+    if (response.size() == response_size && matches(response, seed + 1))
+        ++*right;
+}
+
+/// A call of method 3 (slow, `ms`); counts it in `ok` if it answered, in
+/// `gone` if it failed with server_gone.
+task<void> slow_call(rpc::client* c, std::uint32_t ms, std::atomic<int>* ok, std::atomic<int>* gone) {
+    std::vector<std::byte> request = slow_request(ms);
+    try {
+        std::vector<std::byte> r = co_await c->call(3, request);
+        if (r == request)
+            ++*ok;
+    } catch (const rpc::rpc_error& e) {
+        if (e.errc() == rpc::rpc_errc::server_gone)
+            ++*gone;
+    }
+}
+
+task<void> slow_calls(rpc::client* c, int n, std::uint32_t ms, std::atomic<int>* ok, std::atomic<int>* gone) {
+    task_group g;
+    for (int i = 0; i < n; ++i)
+        g.spawn(slow_call(c, ms, ok, gone));
+    co_await g.join();
+}
+
+task<void> fast_calls(rpc::client* c, int n, std::atomic<int>* right, clock_type::duration* took) {
+    auto start = clock_type::now();
+    for (int i = 0; i < n; ++i) {
+        std::vector<std::byte> request = payload(i, 64);
+        std::vector<std::byte> r = co_await c->call(1, request);
+        if (matches(r, i))
+            ++*right;
+    }
+    *took = clock_type::now() - start;
+}
+
+task<void> blocking_and_fast(rpc::client* c, std::atomic<int>* right, clock_type::duration* took) {
+    std::atomic<int> ok{0}, gone{0};
+    task_group g;
+    g.spawn(slow_call(c, 1, &ok, &gone));  // 4 bytes: the blocking handler sleeps on it
+    g.spawn(fast_calls(c, 20, right, took));
+    co_await g.join();
+    if (ok == 1)
+        ++*right;
+}
+
+}  // namespace
+
+TEST_CASE("64 clients with 8 calls each in flight, every response checked, through one SRQ", "[rpc]") {
+    running_server s({.receives = 512, .credits = 8});
+    builder cb = test_builder();
+    constexpr int clients = 64, calls = 200, depth = 8;
+    std::atomic<int> wrong{0}, answered{0};
+    auto start = clock_type::now();
+    sync_wait(many_clients(cb, s.address(), clients, calls, depth, &wrong, &answered));
+    double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    WARN(clients * calls << " calls from " << clients << " clients in " << seconds << " s");
+    CHECK(wrong == 0);
+    CHECK(answered == clients * calls);
+}
+
+TEST_CASE("every server connection receives through the server's one SRQ", "[rpc]") {
+    running_server s({.receives = 64, .credits = 4});
+    builder cb = test_builder();
+    std::vector<rpc::client> clients;
+    for (int i = 0; i < 6; ++i)
+        clients.push_back(sync_wait(rpc::client::connect(cb, s.address())));
+    REQUIRE(s.server.shared_receive_queue() != nullptr);
+    // A client counts once the server has taken it from accept().
+    auto until = clock_type::now() + 10s;
+    while (s.server.clients() < clients.size() && clock_type::now() < until)
+        std::this_thread::yield();
+    auto conns = s.server.connections();
+    REQUIRE(conns.size() == clients.size());
+    for (auto& conn : conns) {
+        ibv_qp_attr attr{};
+        ibv_qp_init_attr init{};
+        REQUIRE(ibv_query_qp(conn.qp()->native_handle(), &attr, IBV_QP_STATE, &init) == 0);
+        CHECK(init.srq == s.server.shared_receive_queue());
+        CHECK(attr.qp_state == IBV_QPS_RTS);
+    }
+    for (auto& c : clients) {
+        CHECK(c.credits() == 4);
+        auto r = c.call_sync(1, payload(9, 100));
+        CHECK(matches(r, 9));
+    }
+}
+
+TEST_CASE("sizes across the eager threshold up to 64 MiB, both ways, every byte checked", "[rpc]") {
+    running_server s;  // eager_size 4096
+    builder cb = test_builder();
+    rpc::client c = sync_wait(rpc::client::connect(cb, s.address()));
+    std::vector<std::size_t> sizes = {0, 1, 100, 4095, 4096, 4097, 65536, 1 << 20, 64 << 20};
+    std::uint64_t seed = 1;
+    for (std::size_t size : sizes) {
+        INFO("size " << size);
+        // A request of `size` bytes (at least the 24-byte shape) and a small response.
+        auto small_answer = c.call_sync(2, shape_request(size, seed, 16, seed + 1));
+        CHECK(small_answer.size() == 16);
+        CHECK(matches(small_answer, seed + 1));
+        // A small request and a response of `size` bytes.
+        auto answer = c.call_sync(2, shape_request(0, seed + 2, size, seed + 3));
+        REQUIRE(answer.size() == size);
+        CHECK(matches(answer, seed + 3));
+        seed += 4;
+    }
+    // Both large at once, several in flight, with small ones between.
+    std::atomic<int> right{0};
+    sync_wait([](rpc::client* c, std::atomic<int>* right) -> task<void> {
+        task_group g;
+        for (std::uint64_t k = 0; k < 4; ++k) {
+            g.spawn(shaped_call(c, 1000 + 2 * k, 3 << 20, 5 << 20, right));
+            g.spawn(shaped_call(c, 2000 + 2 * k, 100, 200, right));
+        }
+        co_await g.join();
+    }(&c, &right));
+    CHECK(right == 8);
+}
+
+TEST_CASE("errors reach their call and the connection stays up", "[rpc]") {
+    running_server s({.max_request = 1 << 20});
+    builder cb = test_builder();
+    rpc::client c = sync_wait(rpc::client::connect(cb, s.address(), {.max_response = 2 << 20}));
+    std::string message;
+
+    CHECK(errc_of([&] { c.call_sync(77, payload(1, 10)); }, &message) == rpc::rpc_errc::unknown_method);
+    CHECK(message.find("no method 77") != std::string::npos);
+    CHECK(message.find("1 echo") != std::string::npos);
+
+    CHECK(errc_of([&] { c.call_sync(4, payload(1, 10)); }, &message) == rpc::rpc_errc::handler_failed);
+    CHECK(message.find("the disk is on fire") != std::string::npos);
+    CHECK(message.find("fails") != std::string::npos);
+
+    // Over the server's max_request: refused before anything is sent.
+    CHECK(errc_of([&] { c.call_sync(1, payload(1, (1 << 20) + 1)); }, &message) == rpc::rpc_errc::too_large);
+    CHECK(message.find("max_request") != std::string::npos);
+
+    // Over the client's max_response: the server's answer is not read.
+    CHECK(errc_of([&] { c.call_sync(2, shape_request(0, 1, (2 << 20) + 1, 2)); }, &message) ==
+          rpc::rpc_errc::too_large);
+    CHECK(message.find("max_response") != std::string::npos);
+
+    // The request the handler finds wrong comes back as its what().
+    auto bad = shape_request(100, 5, 10, 6);
+    bad[50] ^= std::byte{1};
+    CHECK(errc_of([&] { c.call_sync(2, bad); }, &message) == rpc::rpc_errc::handler_failed);
+    CHECK(message.find("byte 50 is wrong") != std::string::npos);
+
+    // An error compares with the generic condition.
+    try {
+        c.call_sync(77, {});
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == rpc::rpc_errc::unknown_method);
+    }
+    // And the connection is still good.
+    CHECK(matches(c.call_sync(1, payload(3, 5000)), 3));
+}
+
+TEST_CASE("a malformed frame closes only that client's connection", "[rpc]") {
+    running_server s;
+    builder cb = test_builder();
+    rpc::client good = sync_wait(rpc::client::connect(cb, s.address()));
+
+    // A raw plain connection carrying a valid client hello, then garbage.
+    std::vector<std::byte> hello(48);
+    {
+        // The hello as rpc_wire encodes it: magic "RP", version 1, type
+        // hello, size = 4096 (inline bytes), addr = 1 MiB (largest response).
+        auto put = [&](std::size_t at, std::uint64_t v, int n) {
+            for (int i = 0; i < n; ++i)
+                hello[at + i] = static_cast<std::byte>(v >> (8 * i));
+        };
+        put(0, 0x5052, 2);
+        put(2, 1, 1);
+        put(3, 1, 1);
+        put(16, 1, 4);
+        put(24, 4096, 8);
+        put(32, 1 << 20, 8);
+    }
+    builder raw = test_builder();
+    raw.agent(false).private_data(std::span<const std::byte>(hello));
+    connection evil = sync_wait(raw.connect(s.address()));
+    auto pool = raw.pool();
+    local_mr garbage = pool->allocate(100);
+    std::memset(garbage.data(), 0x5a, 100);
+    sync_wait(evil.send(garbage.all()));
+    // The server closes it: a receive on it fails (flushed), within 5 s.
+    local_mr in = pool->allocate(4096);
+    bool failed = false;
+    try {
+        test::deadline limit(10s);
+        sync_wait(evil.recv(in.all(), limit.token()));
+    } catch (const work_completion_error&) {
+        failed = true;
+    } catch (const disconnected_error&) {
+        failed = true;
+    }
+    CHECK(failed);
+    // The other client never noticed.
+    CHECK(matches(good.call_sync(1, payload(4, 2000)), 4));
+    CHECK(matches(good.call_sync(2, shape_request(10, 1, 100000, 5)), 5));
+}
+
+TEST_CASE("a call's deadline and its stop token end it at once; the client goes on", "[rpc]") {
+    running_server s;
+    builder cb = test_builder();
+    rpc::client c = sync_wait(rpc::client::connect(cb, s.address(), {.deadline = 20s}));
+
+    auto start = clock_type::now();
+    std::string message;
+    CHECK(errc_of([&] { c.call_sync(3, slow_request(3000), {.deadline = 300ms}); }, &message) ==
+          rpc::rpc_errc::timed_out);
+    auto took = clock_type::now() - start;
+    CHECK(took >= 300ms);
+    CHECK(took < 2s);
+    CHECK(message.find("300 ms") != std::string::npos);
+
+    std::stop_source stop;
+    std::thread stopper([&] {
+        std::this_thread::sleep_for(200ms);  // the call is waiting by then; when does not matter
+        stop.request_stop();
+    });
+    start = clock_type::now();
+    CHECK(errc_of([&] { c.call_sync(3, slow_request(3000), {.token = stop.get_token()}); }) ==
+          rpc::rpc_errc::cancelled);
+    stopper.join();
+    CHECK(clock_type::now() - start < 2s);
+    // The std::errc comparison holds too.
+    try {
+        c.call_sync(3, slow_request(2000), {.deadline = 100ms});
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == std::errc::timed_out);
+    }
+    // Calls after them work; the late answers (3 s on) are dropped.
+    CHECK(matches(c.call_sync(1, payload(8, 64)), 8));
+    CHECK(c.call_sync(3, slow_request(10)).size() == 4);
+}
+
+TEST_CASE("credits bound a client's calls in flight; the rest wait in order", "[rpc]") {
+    running_server s({.credits = 2});
+    builder cb = test_builder();
+    rpc::client c = sync_wait(rpc::client::connect(cb, s.address()));
+    CHECK(c.credits() == 2);
+    // Six calls of 300 ms with two credits: three rounds.
+    auto start = clock_type::now();
+    std::atomic<int> ok{0}, gone{0};
+    sync_wait(slow_calls(&c, 6, 300, &ok, &gone));
+    auto took = clock_type::now() - start;
+    CHECK(ok == 6);
+    CHECK(took >= 900ms);
+}
+
+TEST_CASE("a client process killed mid-call: the server serves the others", "[rpc]") {
+    running_server s;
+    builder cb = test_builder();
+    rpc::client good = sync_wait(rpc::client::connect(cb, s.address()));
+    test::peer_process victim({"rpc-client", s.address()});
+    auto until = clock_type::now() + 20s;
+    while (s.server.clients() < 2 && clock_type::now() < until)
+        std::this_thread::sleep_for(10ms);  // polling a count, bounded; not ordering anything
+    REQUIRE(s.server.clients() == 2);
+    victim.kill_now();  // 8 slow calls in the server at that moment
+    for (int i = 0; i < 50; ++i)
+        CHECK(matches(good.call_sync(1, payload(i, 300)), i));
+    until = clock_type::now() + 10s;
+    while (s.server.clients() > 1 && clock_type::now() < until)
+        std::this_thread::sleep_for(10ms);
+    CHECK(s.server.clients() == 1);
+    CHECK(matches(good.call_sync(2, shape_request(5000, 3, 5000, 4)), 4));
+}
+
+TEST_CASE("a server process that dies fails every pending call within 5 s", "[rpc]") {
+    std::string address = test::test_address() + ":" + std::to_string(20000 + getpid() % 20000);
+    test::peer_process server({"rpc-server", address});
+    builder cb = test_builder();
+    rpc::client c = sync_wait(rpc::client::connect(cb, address));  // retries until it listens
+    CHECK(matches(c.call_sync(1, payload(1, 100)), 1));
+    std::atomic<int> ok{0}, gone{0};
+    clock_type::time_point killed;
+    std::thread killer([&] {
+        std::this_thread::sleep_for(300ms);  // the calls are in the server by then; when does not matter
+        killed = clock_type::now();
+        server.kill_now();
+    });
+    sync_wait(slow_calls(&c, 8, 60000, &ok, &gone));
+    killer.join();
+    auto took = clock_type::now() - killed;
+    CHECK(gone == 8);
+    CHECK(took < 5s);
+    WARN("pending calls failed " << std::chrono::duration<double>(took).count() << " s after the kill");
+}
+
+TEST_CASE("a server that stops answering (its QP silenced) fails pending calls within 5 s", "[rpc]") {
+    running_server s;
+    builder cb = test_builder();
+    rpc::client c = sync_wait(rpc::client::connect(cb, s.address()));
+    CHECK(matches(c.call_sync(1, payload(1, 100)), 1));
+    auto conns = s.server.connections();
+    REQUIRE(conns.size() == 1);
+    std::atomic<int> ok{0}, gone{0};
+    clock_type::time_point silenced;
+    std::thread silencer([&] {
+        std::this_thread::sleep_for(300ms);  // the calls are in the server by then; when does not matter
+        silenced = clock_type::now();
+        // The server's QP goes to ERROR without telling the client: from
+        // the client's side, a host that stopped answering.
+        conns[0].shut_down();
+    });
+    sync_wait(slow_calls(&c, 4, 30000, &ok, &gone));
+    silencer.join();
+    auto took = clock_type::now() - silenced;
+    CHECK(gone == 4);
+    CHECK(took < 5s);
+    WARN("pending calls failed " << std::chrono::duration<double>(took).count() << " s after the server went silent");
+}
+
+TEST_CASE("handlers on an executor: a blocking handler does not stall the others", "[rpc]") {
+    asio::thread_pool pool(2);
+    std::atomic<int> off_listener{0};
+    builder b = test_builder();
+    rpc::server server(b, {.executor = [&pool](std::function<void()> f) { asio::post(pool, std::move(f)); }});
+    auto listener_thread = b.event_listener();
+    server.handle(1, "blocking", [&](rpc::request r) -> task<std::vector<std::byte>> {
+        if (!listener_thread->running_in_this_thread())
+            ++off_listener;
+        std::this_thread::sleep_for(std::chrono::milliseconds(r.bytes().size() == 4 ? 1500 : 0));
+        co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
+    });
+    listener l = b.listen(any_port());
+    std::stop_source stop;
+    std::thread serving([&] { sync_wait(server.serve(l, stop.get_token())); });
+
+    builder cb = test_builder();
+    rpc::client c = sync_wait(rpc::client::connect(cb, l.address()));
+    clock_type::duration fast_took{};
+    std::atomic<int> right{0};
+    sync_wait(blocking_and_fast(&c, &right, &fast_took));
+    CHECK(right == 21);
+    CHECK(off_listener == 21);
+    CHECK(fast_took < 1500ms);  // they ran while the blocking handler slept
+    stop.request_stop();
+    serving.join();
+}
+
+TEST_CASE("without an SRQ (a receive queue per client), over the TCP exchange", "[rpc]") {
+    running_server s({.credits = 4, .shared_receives = false}, endpoint_exchange::tcp);
+    CHECK(s.server.shared_receive_queue() == nullptr);
+    builder cb = test_builder();
+    cb.exchange(endpoint_exchange::tcp);
+    std::atomic<int> wrong{0}, answered{0};
+    sync_wait(many_clients(cb, s.address(), 8, 100, 4, &wrong, &answered));
+    CHECK(wrong == 0);
+    CHECK(answered == 800);
+    rpc::client c = sync_wait(rpc::client::connect(cb, s.address()));
+    auto big = c.call_sync(2, shape_request(2 << 20, 1, 3 << 20, 2));
+    CHECK(big.size() == (3u << 20));
+    CHECK(matches(big, 2));
+    for (auto& conn : s.server.connections()) {
+        ibv_qp_attr attr{};
+        ibv_qp_init_attr init{};
+        REQUIRE(ibv_query_qp(conn.qp()->native_handle(), &attr, IBV_QP_STATE, &init) == 0);
+        CHECK(init.srq == nullptr);
+    }
+}
+
+TEST_CASE("typed calls, and options out of range refused by name", "[rpc]") {
+    struct point {
+        double x, y;
+    };
+    builder b = test_builder();
+    rpc::server server(b);
+    server.handle_as<point, double>(5, "norm", [](point p) -> task<double> { co_return p.x * p.x + p.y * p.y; });
+    CHECK_THROWS_WITH(server.handle(5, "again", [](rpc::request) -> task<std::vector<std::byte>> { co_return {}; }),
+                      Catch::Contains("registered already") && Catch::Contains("norm"));
+    listener l = b.listen(any_port());
+    std::stop_source stop;
+    std::thread serving([&] { sync_wait(server.serve(l, stop.get_token())); });
+    builder cb = test_builder();
+    rpc::client c = sync_wait(rpc::client::connect(cb, l.address()));
+    CHECK(sync_wait(c.call_as<double>(5, point{3, 4})) == 25.0);
+    // A request of the wrong size fails in the handler, by name.
+    CHECK(errc_of([&] { c.call_sync(5, payload(1, 3)); }) == rpc::rpc_errc::handler_failed);
+    stop.request_stop();
+    serving.join();
+
+    builder other = test_builder();
+    CHECK_THROWS_WITH(rpc::server(other, {.eager_size = 10}), Catch::Contains("eager_size"));
+    CHECK_THROWS_WITH(rpc::server(other, {.receives = 4, .credits = 8}), Catch::Contains("receives"));
+    CHECK_THROWS_WITH(sync_wait(rpc::client::connect(other, "127.0.0.1:1", {.deadline = 0ms})),
+                      Catch::Contains("deadline"));
+    // A client reaching a listener that is not an rpc server.
+    builder plain = test_builder();
+    plain.agent(false);
+    listener pl = plain.listen(any_port());
+    std::thread acceptor([&] {
+        try {
+            test::deadline limit(20s);
+            connection conn = sync_wait(pl.accept(limit.token()));
+            (void)conn;
+        } catch (...) {
+        }
+    });
+    std::string message;
+    CHECK(errc_of([&] { sync_wait(rpc::client::connect(cb, pl.address())); }, &message) == rpc::rpc_errc::protocol);
+    CHECK(message.find("not a cordma rpc server") != std::string::npos);
+    acceptor.join();
+}
