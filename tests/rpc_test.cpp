@@ -520,7 +520,7 @@ TEST_CASE("a server that stops answering (its QP silenced) fails pending calls w
         // the client's side, a host that stopped answering.
         conns[0].shut_down();
     });
-    sync_wait(slow_calls(&c, 4, 30000, &ok, &gone));
+    sync_wait(slow_calls(&c, 4, 6000, &ok, &gone));  // the handlers end 6 s on; the calls must fail first
     silencer.join();
     auto took = clock_type::now() - silenced;
     CHECK(gone == 4);
@@ -534,12 +534,15 @@ TEST_CASE("handlers on an executor: a blocking handler does not stall the others
     builder b = test_builder();
     rpc::server server(b, {.executor = [&pool](std::function<void()> f) { asio::post(pool, std::move(f)); }});
     auto listener_thread = b.event_listener();
-    server.handle(1, "blocking", [&](rpc::request r) -> task<std::vector<std::byte>> {
+    // Method 1 answers at once, method 3 blocks its thread for 1.5 s.
+    auto blocking = [&](rpc::request r) -> task<std::vector<std::byte>> {
         if (!listener_thread->running_in_this_thread())
             ++off_listener;
-        std::this_thread::sleep_for(std::chrono::milliseconds(r.bytes().size() == 4 ? 1500 : 0));
+        std::this_thread::sleep_for(std::chrono::milliseconds(r.method() == 3 ? 1500 : 0));
         co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
-    });
+    };
+    server.handle(1, "quick", blocking);
+    server.handle(3, "blocking", blocking);
     listener l = b.listen(any_port());
     std::stop_source stop;
     std::thread serving([&] { sync_wait(server.serve(l, stop.get_token())); });

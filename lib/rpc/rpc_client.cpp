@@ -29,7 +29,10 @@ namespace wire = cordma::detail::rpc_wire;
 
 namespace {
 
+/// While calls wait, the client reads the server's liveness word this
+/// often, and takes the server for gone when a read is not answered in time.
 constexpr std::chrono::seconds liveness_interval{1};
+constexpr std::chrono::milliseconds liveness_timeout{3000};
 
 /// A call from its start to its answer; lives in the calling coroutine's frame.
 struct pending_call {
@@ -333,12 +336,23 @@ task<void> client_state::liveness_loop() {
         co_await cordma::detail::after(*listener_, liveness_interval);
         if (calls_.empty() || broken_)
             break;
+        // The read is answered by the server's device, not its process: it
+        // fails only if the server's host (or the link) is gone. Waiting
+        // for the QP's retries is not enough: rxe retries forever at
+        // retry_count 7, the builder's default.
         std::string error;
+        std::stop_source give_up;
+        auto limit = listener_->call_after(liveness_timeout, [give_up]() mutable { give_up.request_stop(); });
         try {
-            co_await conn_.read(liveness_local_.all(), liveness_word_);
+            co_await conn_.read(liveness_local_.all(), liveness_word_, give_up.get_token());
+        } catch (const operation_cancelled&) {
+            error = "no answer within " + std::to_string(liveness_timeout.count()) + " ms";
         } catch (const std::exception& e) {
             error = e.what();
         }
+        limit->cancel();
+        if (!error.empty())
+            conn_.shut_down();
         if (!error.empty()) {
             broken(rpc_errc::server_gone, "the server stopped answering (a liveness read failed: " + error + ")");
             break;
