@@ -46,6 +46,8 @@ struct pending_call {
     std::optional<rpc_errc> error;
     std::string message;
     local_mr registration;  // a large request, for the server to read
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds limit{0};
 };
 
 struct wait_for {
@@ -95,6 +97,11 @@ private:
     void broken(rpc_errc error, const std::string& why);
     void grant();
     void forget(pending_call& c) noexcept;
+    /// Deadlines: one timer for the earliest of the calls', re-armed as it
+    /// fires, rather than one per call (a kernel timeout each, alive for the
+    /// whole deadline even when the call ends in microseconds).
+    void watch_deadline(std::chrono::steady_clock::time_point when);
+    void on_deadline();
     std::string what_call(const pending_call& c) const {
         return "cordma::rpc call " + std::to_string(c.id) + " of method " + std::to_string(c.method) + " to " + peer_;
     }
@@ -120,6 +127,8 @@ private:
     std::unordered_map<std::uint64_t, local_mr> orphans_;
     std::optional<std::pair<rpc_errc, std::string>> broken_;
     bool liveness_running_ = false;
+    std::shared_ptr<event_listener::timer> deadline_timer_;
+    std::chrono::steady_clock::time_point armed_for_ = std::chrono::steady_clock::time_point::max();
 };
 
 client_state::client_state(builder b, client_options options, cordma::connection conn, const wire::header& hello)
@@ -293,6 +302,42 @@ void client_state::forget(pending_call& c) noexcept {
     }
 }
 
+void client_state::watch_deadline(std::chrono::steady_clock::time_point when) {
+    if (when >= armed_for_)
+        return;  // the timer fires before this deadline, and re-arms for it then
+    if (deadline_timer_)
+        deadline_timer_->cancel();
+    armed_for_ = when;
+    std::weak_ptr<client_state> weak = weak_from_this();
+    auto delay = std::max<std::chrono::nanoseconds>(when - std::chrono::steady_clock::now(), std::chrono::nanoseconds(0));
+    deadline_timer_ = listener_->call_after(delay, [weak] {
+        if (auto s = weak.lock())
+            s->on_deadline();
+    });
+}
+
+void client_state::on_deadline() {
+    armed_for_ = std::chrono::steady_clock::time_point::max();
+    deadline_timer_.reset();
+    auto now = std::chrono::steady_clock::now();
+    std::vector<std::uint64_t> expired;
+    auto next = std::chrono::steady_clock::time_point::max();
+    for (const auto& [id, c] : calls_) {
+        if (c->deadline <= now)
+            expired.push_back(id);
+        else
+            next = std::min(next, c->deadline);
+    }
+    for (std::uint64_t id : expired) {
+        auto it = calls_.find(id);
+        if (it != calls_.end())
+            fail(id, rpc_errc::timed_out,
+                 "no answer within its deadline of " + std::to_string(it->second->limit.count()) + " ms");
+    }
+    if (next != std::chrono::steady_clock::time_point::max())
+        watch_deadline(next);
+}
+
 void client_state::fail(std::uint64_t id, rpc_errc error, std::string message) {
     auto it = calls_.find(id);
     if (it != calls_.end())
@@ -380,10 +425,7 @@ task<std::vector<std::byte>> client_state::call(std::uint32_t method, std::span<
     struct guard {
         client_state* self;
         pending_call* c;
-        std::shared_ptr<event_listener::timer> deadline;
         ~guard() {
-            if (deadline)
-                deadline->cancel();
             self->forget(*c);
             if (c->has_credit && !c->sent) {  // never used: back to the next call
                 ++self->available_;
@@ -391,15 +433,13 @@ task<std::vector<std::byte>> client_state::call(std::uint32_t method, std::span<
                 self->grant();
             }
         }
-    } g{this, &c, nullptr};
+    } g{this, &c};
     calls_.emplace(c.id, &c);
-    auto limit = o.deadline.count() > 0 ? o.deadline : options_.deadline;
+    c.limit = o.deadline.count() > 0 ? o.deadline : options_.deadline;
+    c.deadline = std::chrono::steady_clock::now() + c.limit;
+    watch_deadline(c.deadline);
     std::weak_ptr<client_state> weak = weak_from_this();
     std::uint64_t id = c.id;
-    g.deadline = listener_->call_after(limit, [weak, id, limit] {
-        if (auto s = weak.lock())
-            s->fail(id, rpc_errc::timed_out, "no answer within its deadline of " + std::to_string(limit.count()) + " ms");
-    });
     std::optional<std::stop_callback<std::function<void()>>> on_stop;
     if (o.token.stop_possible()) {
         auto listener = listener_;
