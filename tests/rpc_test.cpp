@@ -438,6 +438,8 @@ TEST_CASE("a hostile client's frames close only its own connection", "[rpc]") {
     builder cb = test_builder();
     rpc::client good = sync_wait(rpc::client::connect(cb, s.address()));
     std::vector<std::byte> garbage(100, std::byte{0x5a});
+    std::vector<std::byte> truncated = frame(2, 1, 1, 0);
+    truncated.resize(20);
 
     struct hostile {
         const char* what;
@@ -445,7 +447,7 @@ TEST_CASE("a hostile client's frames close only its own connection", "[rpc]") {
     };
     std::vector<hostile> cases = {
         {"garbage", {garbage}},
-        {"a truncated header", {std::vector<std::byte>(frame(2, 1, 1, 0).begin(), frame(2, 1, 1, 0).begin() + 20)}},
+        {"a truncated header", {truncated}},
         {"a payload length that lies", {frame(2, 1, 1, 500, 0, 0, 10)}},
         {"a request_rts with a forged rkey", {frame(3, 1, 1, 1 << 20, 0x10000, 0xdeadbeef)}},
         {"a done for a call never answered", {frame(6, 42, 0, 0)}},

@@ -184,11 +184,11 @@ void client_state::on_frame(received_message m) {
     std::string why;
     auto h = wire::decode(m.bytes(), why);
     if (!h) {
-        conn_.shut_down();
+        spawn_detached(conn_.close(), [](std::exception_ptr) {});
         return broken(rpc_errc::protocol, "the server sent a malformed frame (" + why + "); connection closed");
     }
     if (h->type != wire::frame::response && h->type != wire::frame::response_rts && h->type != wire::frame::credit) {
-        conn_.shut_down();
+        spawn_detached(conn_.close(), [](std::exception_ptr) {});
         return broken(rpc_errc::protocol, std::string("the server sent a ") + wire::name(h->type) +
                                               " frame, which only a client sends; connection closed");
     }

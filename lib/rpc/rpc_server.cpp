@@ -53,7 +53,8 @@ struct session {
     std::uint64_t client_max_response = 0;
     std::uint32_t charged = 0;           // its calls holding a credit
     std::uint32_t unreturned = 0;        // credits to hand back with the next frame
-    std::size_t active = 0;              // calls whose handler runs or whose answer is being sent
+    std::size_t active = 0;              // calls whose handler runs (a response would carry credits)
+    std::size_t in_progress = 0;         // calls not answered yet: what serve() waits for
     std::unordered_map<std::uint64_t, lent_response> lent;
     std::optional<receive_queue> own_receives;  // without the SRQ
     bool gone = false;
@@ -89,10 +90,12 @@ private:
     void admit(cordma::connection c);
     void on_frame(std::shared_ptr<session> s, received_message m);
     void violation(std::shared_ptr<session> s, std::string why);
-    void drop(std::uint32_t qp_num, const std::string& why);
+    void drop(std::uint32_t qp_num, const std::string& why, bool closing = false);
     task<void> run_call(std::shared_ptr<session> s, wire::header h, received_message m);
     task<void> send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload);
     void call_finished(session& s);
+    /// A call is answered (or its client gone): serve() may stop waiting.
+    void answered(session& s);
 
     builder builder_;
     server_options options_;
@@ -326,15 +329,17 @@ void server_state::admit(cordma::connection c) {
 }
 
 void server_state::violation(std::shared_ptr<session> s, std::string why) {
-    if (s->gone)
-        return;
     std::fprintf(stderr, "cordma::rpc::server: client %s: %s; closing its connection\n", s->peer.c_str(),
                  why.c_str());
-    s->conn.shut_down();
-    drop(s->qp_num, why);
+    if (s->gone)
+        return;
+    // Closed, not only shut down: the client is told at once, even while
+    // handlers of its calls still hold the connection.
+    spawn_detached(s->conn.close(), [](std::exception_ptr) {});
+    drop(s->qp_num, why, true);
 }
 
-void server_state::drop(std::uint32_t qp_num, const std::string&) {
+void server_state::drop(std::uint32_t qp_num, const std::string&, bool closing) {
     early_.erase(qp_num);
     dropped_.insert(qp_num);
     auto it = sessions_.find(qp_num);
@@ -344,7 +349,14 @@ void server_state::drop(std::uint32_t qp_num, const std::string&) {
     sessions_.erase(it);
     s->gone = true;
     s->lent.clear();
-    s->conn.shut_down();
+    if (!s->conn.is_broken() && !closing)
+        s->conn.shut_down();
+    // Its calls still running answer nobody: serve() no longer waits for them.
+    active_ -= s->in_progress;
+    s->in_progress = 0;
+    if (active_ == 0)
+        for (auto h : std::exchange(idle_waiters_, {}))
+            h.resume();
 }
 
 void server_state::on_frame(std::shared_ptr<session> s, received_message m) {
@@ -364,6 +376,7 @@ void server_state::on_frame(std::shared_ptr<session> s, received_message m) {
             return violation(s, "a call beyond its " + std::to_string(options_.credits) + " credits");
         ++s->charged;
         ++s->active;
+        ++s->in_progress;
         ++active_;
         spawn_detached(run_call(s, *h, std::move(m)), [](std::exception_ptr) {});
         return;
@@ -422,8 +435,7 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         // The client's memory could not be read: its connection is broken.
         large_mr = {};
         call_finished(*s);
-        if (!s->gone)
-            violation(s, "reading its request of " + std::to_string(h.size) + " bytes failed: " + message);
+        violation(s, "reading its request of " + std::to_string(h.size) + " bytes failed: " + message);
         co_return;
     }
     if (status == 0 && entry == handlers_.end()) {
@@ -499,15 +511,19 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     }
     --s->active;
     co_await send_frame(s, out, inline_bytes);
-    --active_;
-    if (active_ == 0)
-        for (auto h : std::exchange(idle_waiters_, {}))
-            h.resume();
+    answered(*s);
 }
 
 void server_state::call_finished(session& s) {
     --s.active;
     --s.charged;
+    answered(s);
+}
+
+void server_state::answered(session& s) {
+    if (s.gone)
+        return;  // drop() took its calls off the count
+    --s.in_progress;
     --active_;
     if (active_ == 0)
         for (auto h : std::exchange(idle_waiters_, {}))

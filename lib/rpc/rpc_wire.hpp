@@ -66,7 +66,8 @@ void encode(const header& h, std::span<std::byte, header_size> out) noexcept;
 /// The header of `frame` (all of the bytes that arrived), or nothing with
 /// the reason in `why`: too short, bad magic or version, unknown type,
 /// reserved bytes set, a payload length that does not match the header, a
-/// rendezvous frame without a size or key.
+/// rendezvous frame without a size (its key is the sender's business: a
+/// forged one fails the read, which closes that connection).
 std::optional<header> decode(std::span<const std::byte> frame, std::string& why);
 
 const char* name(frame type) noexcept;
