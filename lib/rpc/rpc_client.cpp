@@ -139,7 +139,7 @@ client_state::client_state(builder b, client_options options, cordma::connection
       listener_(conn_.event_listener()),
       buffers_(builder_.pool()),
       credits_(hello.credits),
-      available_(hello.credits),
+      available_((hello.code >> 16) & wire::hello_deferred_credits ? 0 : hello.credits),
       server_eager_(hello.size),
       server_max_request_(hello.addr),
       liveness_word_{hello.id, 8, hello.rkey, access_flags::remote_read} {
@@ -536,10 +536,10 @@ task<client> client::connect(builder b, std::string address, client_options opti
         server_hello = wire::decode(data.first(wire::header_size), why);
     else
         why = "its accept carries no rpc hello";
-    if (server_hello && (server_hello->type != wire::frame::hello || server_hello->code != wire::version ||
+    if (server_hello && (server_hello->type != wire::frame::hello || (server_hello->code & 0xffff) != wire::version ||
                          server_hello->size < 64 || server_hello->addr == 0)) {
         why = std::string("its hello is a ") + wire::name(server_hello->type) + " frame of version " +
-              std::to_string(server_hello->code);
+              std::to_string(server_hello->code & 0xffff);
         server_hello.reset();
     }
     if (!server_hello) {

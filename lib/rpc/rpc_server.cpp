@@ -161,7 +161,7 @@ server_state::server_state(builder& b, server_options options)
     wire::header hello;
     hello.type = wire::frame::hello;
     hello.credits = options_.credits;
-    hello.code = wire::version;
+    hello.code = wire::version | (srq ? 0 : wire::hello_deferred_credits << 16);
     hello.size = options_.eager_size;
     hello.addr = options_.max_request;
     hello.id = reinterpret_cast<std::uint64_t>(heartbeat_.data());
@@ -171,11 +171,10 @@ server_state::server_state(builder& b, server_options options)
     b.agent(false);
     b.private_data(std::span<const std::byte>(bytes));
     b.shared_receives(srq_);
-    // A client whose request finds no receive posted retries after this:
-    // with the SRQ, only when it is full (soon, then); without it, also
-    // while a new client's receives are being posted after its accept.
+    // A client whose request finds no receive posted retries after this
+    // (only when the SRQ is full: soon, then) rather than 655 ms.
     if (b.settings().min_rnr_timer == 0)
-        b.min_rnr_timer(srq ? 12 : 18);
+        b.min_rnr_timer(12);
     builder_ = b;
 }
 
@@ -318,6 +317,10 @@ void server_state::admit(cordma::connection c) {
             return refuse(std::string("could not post its receives: ") + e.what());
         }
         spawn_detached(own_receives_loop(s), [](std::exception_ptr) {});
+        // Its credits, now that its receives are posted (the client waits
+        // for them: hello_deferred_credits).
+        s->unreturned = options_.credits;
+        spawn_detached(send_frame(s, {.type = wire::frame::credit}, {}), [](std::exception_ptr) {});
         return;
     }
     if (auto it = early_.find(s->qp_num); it != early_.end()) {
