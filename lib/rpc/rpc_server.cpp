@@ -96,6 +96,12 @@ private:
     void call_finished(session& s);
     /// A call is answered (or its client gone): serve() may stop waiting.
     void answered(session& s);
+    /// Resumes serve() waiting for the calls in progress, once there are none.
+    void wake_if_idle(bool anyway = false) {
+        if (active_ == 0 || anyway)
+            for (auto h : std::exchange(idle_waiters_, {}))
+                h.resume();
+    }
 
     builder builder_;
     server_options options_;
@@ -357,9 +363,7 @@ void server_state::drop(std::uint32_t qp_num, const std::string&, bool closing) 
     // Its calls still running answer nobody: serve() no longer waits for them.
     active_ -= s->in_progress;
     s->in_progress = 0;
-    if (active_ == 0)
-        for (auto h : std::exchange(idle_waiters_, {}))
-            h.resume();
+    wake_if_idle();
 }
 
 void server_state::on_frame(std::shared_ptr<session> s, received_message m) {
@@ -528,9 +532,7 @@ void server_state::answered(session& s) {
         return;  // drop() took its calls off the count
     --s.in_progress;
     --active_;
-    if (active_ == 0)
-        for (auto h : std::exchange(idle_waiters_, {}))
-            h.resume();
+    wake_if_idle();
 }
 
 task<void> server_state::send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload) {
@@ -610,8 +612,7 @@ void server_state::shut_down() noexcept {
                 l.close();
             listeners_.clear();
             srq_ = {};
-            for (auto h : std::exchange(idle_waiters_, {}))
-                h.resume();
+            wake_if_idle(true);
         });
     } catch (...) {
     }
