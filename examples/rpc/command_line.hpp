@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace rpc {
+namespace rpc_demo {
 
 /// A bad command line: main prints it with the usage and exits 2.
 struct usage_error : std::runtime_error {
@@ -25,4 +25,4 @@ inline std::uint64_t parse_number(std::string_view flag, const char* text, std::
     return value;
 }
 
-}  // namespace rpc
+}  // namespace rpc_demo

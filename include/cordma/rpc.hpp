@@ -200,8 +200,9 @@ public:
     /// Accepts clients from `l` (made from the builder given to the
     /// constructor, after it) and serves them until `token` stops (or the
     /// listener is closed); then stops accepting, waits for the calls in
-    /// progress to be answered, and returns; connections stay up until the
-    /// server is destroyed. A client that is not an rpc client is refused
+    /// progress of clients still connected to be answered (a handler that
+    /// never returns keeps it waiting), and returns; connections stay up
+    /// until the server is destroyed. A client that is not an rpc client is refused
     /// and logged. Throws std::logic_error for a listener from another
     /// builder.
     task<void> serve(listener l, std::stop_token token = {});

@@ -29,7 +29,10 @@ namespace wire = cordma::detail::rpc_wire;
 
 namespace {
 
+/// While calls wait, the client reads the server's liveness word this
+/// often, and takes the server for gone when a read is not answered in time.
 constexpr std::chrono::seconds liveness_interval{1};
+constexpr std::chrono::milliseconds liveness_timeout{3000};
 
 /// A call from its start to its answer; lives in the calling coroutine's frame.
 struct pending_call {
@@ -43,6 +46,8 @@ struct pending_call {
     std::optional<rpc_errc> error;
     std::string message;
     local_mr registration;  // a large request, for the server to read
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds limit{0};
 };
 
 struct wait_for {
@@ -92,6 +97,11 @@ private:
     void broken(rpc_errc error, const std::string& why);
     void grant();
     void forget(pending_call& c) noexcept;
+    /// Deadlines: one timer for the earliest of the calls', re-armed as it
+    /// fires, rather than one per call (a kernel timeout each, alive for the
+    /// whole deadline even when the call ends in microseconds).
+    void watch_deadline(std::chrono::steady_clock::time_point when);
+    void on_deadline();
     std::string what_call(const pending_call& c) const {
         return "cordma::rpc call " + std::to_string(c.id) + " of method " + std::to_string(c.method) + " to " + peer_;
     }
@@ -117,6 +127,8 @@ private:
     std::unordered_map<std::uint64_t, local_mr> orphans_;
     std::optional<std::pair<rpc_errc, std::string>> broken_;
     bool liveness_running_ = false;
+    std::shared_ptr<event_listener::timer> deadline_timer_;
+    std::chrono::steady_clock::time_point armed_for_ = std::chrono::steady_clock::time_point::max();
 };
 
 client_state::client_state(builder b, client_options options, cordma::connection conn, const wire::header& hello)
@@ -127,7 +139,7 @@ client_state::client_state(builder b, client_options options, cordma::connection
       listener_(conn_.event_listener()),
       buffers_(builder_.pool()),
       credits_(hello.credits),
-      available_(hello.credits),
+      available_((hello.code >> 16) & wire::hello_deferred_credits ? 0 : hello.credits),
       server_eager_(hello.size),
       server_max_request_(hello.addr),
       liveness_word_{hello.id, 8, hello.rkey, access_flags::remote_read} {
@@ -172,11 +184,11 @@ void client_state::on_frame(received_message m) {
     std::string why;
     auto h = wire::decode(m.bytes(), why);
     if (!h) {
-        conn_.shut_down();
+        spawn_detached(conn_.close(), [](std::exception_ptr) {});
         return broken(rpc_errc::protocol, "the server sent a malformed frame (" + why + "); connection closed");
     }
     if (h->type != wire::frame::response && h->type != wire::frame::response_rts && h->type != wire::frame::credit) {
-        conn_.shut_down();
+        spawn_detached(conn_.close(), [](std::exception_ptr) {});
         return broken(rpc_errc::protocol, std::string("the server sent a ") + wire::name(h->type) +
                                               " frame, which only a client sends; connection closed");
     }
@@ -290,6 +302,42 @@ void client_state::forget(pending_call& c) noexcept {
     }
 }
 
+void client_state::watch_deadline(std::chrono::steady_clock::time_point when) {
+    if (when >= armed_for_)
+        return;  // the timer fires before this deadline, and re-arms for it then
+    if (deadline_timer_)
+        deadline_timer_->cancel();
+    armed_for_ = when;
+    std::weak_ptr<client_state> weak = weak_from_this();
+    auto delay = std::max<std::chrono::nanoseconds>(when - std::chrono::steady_clock::now(), std::chrono::nanoseconds(0));
+    deadline_timer_ = listener_->call_after(delay, [weak] {
+        if (auto s = weak.lock())
+            s->on_deadline();
+    });
+}
+
+void client_state::on_deadline() {
+    armed_for_ = std::chrono::steady_clock::time_point::max();
+    deadline_timer_.reset();
+    auto now = std::chrono::steady_clock::now();
+    std::vector<std::uint64_t> expired;
+    auto next = std::chrono::steady_clock::time_point::max();
+    for (const auto& [id, c] : calls_) {
+        if (c->deadline <= now)
+            expired.push_back(id);
+        else
+            next = std::min(next, c->deadline);
+    }
+    for (std::uint64_t id : expired) {
+        auto it = calls_.find(id);
+        if (it != calls_.end())
+            fail(id, rpc_errc::timed_out,
+                 "no answer within its deadline of " + std::to_string(it->second->limit.count()) + " ms");
+    }
+    if (next != std::chrono::steady_clock::time_point::max())
+        watch_deadline(next);
+}
+
 void client_state::fail(std::uint64_t id, rpc_errc error, std::string message) {
     auto it = calls_.find(id);
     if (it != calls_.end())
@@ -333,12 +381,23 @@ task<void> client_state::liveness_loop() {
         co_await cordma::detail::after(*listener_, liveness_interval);
         if (calls_.empty() || broken_)
             break;
+        // The read is answered by the server's device, not its process: it
+        // fails only if the server's host (or the link) is gone. Waiting
+        // for the QP's retries is not enough: rxe retries forever at
+        // retry_count 7, the builder's default.
         std::string error;
+        std::stop_source give_up;
+        auto limit = listener_->call_after(liveness_timeout, [give_up]() mutable { give_up.request_stop(); });
         try {
-            co_await conn_.read(liveness_local_.all(), liveness_word_);
+            co_await conn_.read(liveness_local_.all(), liveness_word_, give_up.get_token());
+        } catch (const operation_cancelled&) {
+            error = "no answer within " + std::to_string(liveness_timeout.count()) + " ms";
         } catch (const std::exception& e) {
             error = e.what();
         }
+        limit->cancel();
+        if (!error.empty())
+            conn_.shut_down();
         if (!error.empty()) {
             broken(rpc_errc::server_gone, "the server stopped answering (a liveness read failed: " + error + ")");
             break;
@@ -366,10 +425,7 @@ task<std::vector<std::byte>> client_state::call(std::uint32_t method, std::span<
     struct guard {
         client_state* self;
         pending_call* c;
-        std::shared_ptr<event_listener::timer> deadline;
         ~guard() {
-            if (deadline)
-                deadline->cancel();
             self->forget(*c);
             if (c->has_credit && !c->sent) {  // never used: back to the next call
                 ++self->available_;
@@ -377,15 +433,13 @@ task<std::vector<std::byte>> client_state::call(std::uint32_t method, std::span<
                 self->grant();
             }
         }
-    } g{this, &c, nullptr};
+    } g{this, &c};
     calls_.emplace(c.id, &c);
-    auto limit = o.deadline.count() > 0 ? o.deadline : options_.deadline;
+    c.limit = o.deadline.count() > 0 ? o.deadline : options_.deadline;
+    c.deadline = std::chrono::steady_clock::now() + c.limit;
+    watch_deadline(c.deadline);
     std::weak_ptr<client_state> weak = weak_from_this();
     std::uint64_t id = c.id;
-    g.deadline = listener_->call_after(limit, [weak, id, limit] {
-        if (auto s = weak.lock())
-            s->fail(id, rpc_errc::timed_out, "no answer within its deadline of " + std::to_string(limit.count()) + " ms");
-    });
     std::optional<std::stop_callback<std::function<void()>>> on_stop;
     if (o.token.stop_possible()) {
         auto listener = listener_;
@@ -482,10 +536,10 @@ task<client> client::connect(builder b, std::string address, client_options opti
         server_hello = wire::decode(data.first(wire::header_size), why);
     else
         why = "its accept carries no rpc hello";
-    if (server_hello && (server_hello->type != wire::frame::hello || server_hello->code != wire::version ||
+    if (server_hello && (server_hello->type != wire::frame::hello || (server_hello->code & 0xffff) != wire::version ||
                          server_hello->size < 64 || server_hello->addr == 0)) {
         why = std::string("its hello is a ") + wire::name(server_hello->type) + " frame of version " +
-              std::to_string(server_hello->code);
+              std::to_string(server_hello->code & 0xffff);
         server_hello.reset();
     }
     if (!server_hello) {

@@ -53,7 +53,8 @@ struct session {
     std::uint64_t client_max_response = 0;
     std::uint32_t charged = 0;           // its calls holding a credit
     std::uint32_t unreturned = 0;        // credits to hand back with the next frame
-    std::size_t active = 0;              // calls whose handler runs or whose answer is being sent
+    std::size_t active = 0;              // calls whose handler runs (a response would carry credits)
+    std::size_t in_progress = 0;         // calls not answered yet: what serve() waits for
     std::unordered_map<std::uint64_t, lent_response> lent;
     std::optional<receive_queue> own_receives;  // without the SRQ
     bool gone = false;
@@ -89,10 +90,18 @@ private:
     void admit(cordma::connection c);
     void on_frame(std::shared_ptr<session> s, received_message m);
     void violation(std::shared_ptr<session> s, std::string why);
-    void drop(std::uint32_t qp_num, const std::string& why);
+    void drop(std::uint32_t qp_num, const std::string& why, bool closing = false);
     task<void> run_call(std::shared_ptr<session> s, wire::header h, received_message m);
     task<void> send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload);
     void call_finished(session& s);
+    /// A call is answered (or its client gone): serve() may stop waiting.
+    void answered(session& s);
+    /// Resumes serve() waiting for the calls in progress, once there are none.
+    void wake_if_idle(bool anyway = false) {
+        if (active_ == 0 || anyway)
+            for (auto h : std::exchange(idle_waiters_, {}))
+                h.resume();
+    }
 
     builder builder_;
     server_options options_;
@@ -158,7 +167,7 @@ server_state::server_state(builder& b, server_options options)
     wire::header hello;
     hello.type = wire::frame::hello;
     hello.credits = options_.credits;
-    hello.code = wire::version;
+    hello.code = wire::version | (srq ? 0 : wire::hello_deferred_credits << 16);
     hello.size = options_.eager_size;
     hello.addr = options_.max_request;
     hello.id = reinterpret_cast<std::uint64_t>(heartbeat_.data());
@@ -168,11 +177,10 @@ server_state::server_state(builder& b, server_options options)
     b.agent(false);
     b.private_data(std::span<const std::byte>(bytes));
     b.shared_receives(srq_);
-    // A client whose request finds no receive posted retries after this:
-    // with the SRQ, only when it is full (soon, then); without it, also
-    // while a new client's receives are being posted after its accept.
+    // A client whose request finds no receive posted retries after this
+    // (only when the SRQ is full: soon, then) rather than 655 ms.
     if (b.settings().min_rnr_timer == 0)
-        b.min_rnr_timer(srq ? 12 : 18);
+        b.min_rnr_timer(12);
     builder_ = b;
 }
 
@@ -315,6 +323,10 @@ void server_state::admit(cordma::connection c) {
             return refuse(std::string("could not post its receives: ") + e.what());
         }
         spawn_detached(own_receives_loop(s), [](std::exception_ptr) {});
+        // Its credits, now that its receives are posted (the client waits
+        // for them: hello_deferred_credits).
+        s->unreturned = options_.credits;
+        spawn_detached(send_frame(s, {.type = wire::frame::credit}, {}), [](std::exception_ptr) {});
         return;
     }
     if (auto it = early_.find(s->qp_num); it != early_.end()) {
@@ -326,15 +338,17 @@ void server_state::admit(cordma::connection c) {
 }
 
 void server_state::violation(std::shared_ptr<session> s, std::string why) {
-    if (s->gone)
-        return;
     std::fprintf(stderr, "cordma::rpc::server: client %s: %s; closing its connection\n", s->peer.c_str(),
                  why.c_str());
-    s->conn.shut_down();
-    drop(s->qp_num, why);
+    if (s->gone)
+        return;
+    // Closed, not only shut down: the client is told at once, even while
+    // handlers of its calls still hold the connection.
+    spawn_detached(s->conn.close(), [](std::exception_ptr) {});
+    drop(s->qp_num, why, true);
 }
 
-void server_state::drop(std::uint32_t qp_num, const std::string&) {
+void server_state::drop(std::uint32_t qp_num, const std::string&, bool closing) {
     early_.erase(qp_num);
     dropped_.insert(qp_num);
     auto it = sessions_.find(qp_num);
@@ -344,7 +358,12 @@ void server_state::drop(std::uint32_t qp_num, const std::string&) {
     sessions_.erase(it);
     s->gone = true;
     s->lent.clear();
-    s->conn.shut_down();
+    if (!s->conn.is_broken() && !closing)
+        s->conn.shut_down();
+    // Its calls still running answer nobody: serve() no longer waits for them.
+    active_ -= s->in_progress;
+    s->in_progress = 0;
+    wake_if_idle();
 }
 
 void server_state::on_frame(std::shared_ptr<session> s, received_message m) {
@@ -364,6 +383,7 @@ void server_state::on_frame(std::shared_ptr<session> s, received_message m) {
             return violation(s, "a call beyond its " + std::to_string(options_.credits) + " credits");
         ++s->charged;
         ++s->active;
+        ++s->in_progress;
         ++active_;
         spawn_detached(run_call(s, *h, std::move(m)), [](std::exception_ptr) {});
         return;
@@ -422,8 +442,7 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         // The client's memory could not be read: its connection is broken.
         large_mr = {};
         call_finished(*s);
-        if (!s->gone)
-            violation(s, "reading its request of " + std::to_string(h.size) + " bytes failed: " + message);
+        violation(s, "reading its request of " + std::to_string(h.size) + " bytes failed: " + message);
         co_return;
     }
     if (status == 0 && entry == handlers_.end()) {
@@ -499,19 +518,21 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     }
     --s->active;
     co_await send_frame(s, out, inline_bytes);
-    --active_;
-    if (active_ == 0)
-        for (auto h : std::exchange(idle_waiters_, {}))
-            h.resume();
+    answered(*s);
 }
 
 void server_state::call_finished(session& s) {
     --s.active;
     --s.charged;
+    answered(s);
+}
+
+void server_state::answered(session& s) {
+    if (s.gone)
+        return;  // drop() took its calls off the count
+    --s.in_progress;
     --active_;
-    if (active_ == 0)
-        for (auto h : std::exchange(idle_waiters_, {}))
-            h.resume();
+    wake_if_idle();
 }
 
 task<void> server_state::send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload) {
@@ -591,8 +612,7 @@ void server_state::shut_down() noexcept {
                 l.close();
             listeners_.clear();
             srq_ = {};
-            for (auto h : std::exchange(idle_waiters_, {}))
-                h.resume();
+            wake_if_idle(true);
         });
     } catch (...) {
     }

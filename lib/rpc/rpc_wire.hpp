@@ -17,13 +17,16 @@
 ///     the sender's memory at addr/rkey)
 /// 32  u64 addr                    40  u32 rkey     44  u32 reserved (0)
 ///
-/// hello (once each way, the client first) reuses the fields: size = the
+/// hello (once each way, in the connection's private data: the client's
+/// connect request, the server's accept) reuses the fields: size = the
 /// largest inline payload the sender accepts (its receive buffers, less the
 /// header); credits (server only) = the calls the client may have in
 /// flight; addr = the largest request (server) or response (client) it
-/// takes; and the server's hello carries the address and rkey of its
-/// heartbeat word (8 bytes the client reads while calls wait) in id and
-/// rkey.
+/// takes; code = the protocol version, and in its high 16 bits the server's
+/// flags (hello_deferred_credits: the credits come in a credit frame once
+/// the client's receives are posted, not at once); and the server's hello
+/// carries the address and rkey of its liveness word (8 bytes the client
+/// reads while calls wait) in id and rkey.
 
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +38,10 @@ namespace cordma::detail::rpc_wire {
 
 inline constexpr std::uint16_t magic = 0x5052;
 inline constexpr std::uint8_t version = 1;
+/// A server hello's flag (code >> 16): without a shared receive queue, the
+/// server posts a new client's receives after accepting it, and grants its
+/// credits in a credit frame then; the client may not send before.
+inline constexpr std::uint32_t hello_deferred_credits = 1;
 inline constexpr std::size_t header_size = 48;
 
 enum class frame : std::uint8_t {
@@ -66,7 +73,8 @@ void encode(const header& h, std::span<std::byte, header_size> out) noexcept;
 /// The header of `frame` (all of the bytes that arrived), or nothing with
 /// the reason in `why`: too short, bad magic or version, unknown type,
 /// reserved bytes set, a payload length that does not match the header, a
-/// rendezvous frame without a size or key.
+/// rendezvous frame without a size (its key is the sender's business: a
+/// forged one fails the read, which closes that connection).
 std::optional<header> decode(std::span<const std::byte> frame, std::string& why);
 
 const char* name(frame type) noexcept;
