@@ -28,11 +28,11 @@
 ///   whose token stops fails at once (rpc_errc::timed_out / cancelled); its
 ///   response, if it still comes, is dropped (a large one unread).
 /// - Liveness: while calls wait, the client RDMA-READs an 8-byte word of
-///   the server's once a second. A server whose process ends closes its
-///   connections, which fails every pending call at once; one whose host
-///   stops answering fails that read within the QP's retry time (about 0.5 s
-///   at the builder's defaults), so pending calls fail with
-///   rpc_errc::server_gone within 5 s either way.
+///   the server's once a second (its device answers, whatever its process
+///   is doing). A server whose process ends closes its connections, which
+///   fails every pending call at once; one whose host stops answering
+///   leaves a read unanswered, and after 3 s every pending call fails with
+///   rpc_errc::server_gone: within 5 s either way.
 ///
 /// Errors: rpc_error, a std::system_error whose code is an rpc_errc and
 /// whose message names the call, the method and the server. An unknown
