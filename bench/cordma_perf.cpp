@@ -228,7 +228,8 @@ Where and how:
   -m, --mtu BYTES          path MTU cap: 256, 512, 1024, 2048 or 4096
   -u, --qp-timeout CODE    ACK timeout, 4.096 us * 2^CODE (default 14)
   -r, --rx-depth N         receives kept posted per QP for send and write_imm
-                           bandwidth (default: --qp-depth)
+                           bandwidth (default 512, as ib_send_bw; --loopback:
+                           --qp-depth)
       --qp-depth N         send and receive queue entries per QP (default 128)
       --polling MODE       busy (default, like perftest), adaptive or event;
                            a server given --test bw with write, read or
@@ -510,9 +511,12 @@ std::optional<config> parse_arguments(int argc, const char* const* argv) {
     if (cfg.iterations < cfg.qps)
         throw usage_error("--iters " + std::to_string(cfg.iterations) + " is less than --qp " +
                           std::to_string(cfg.qps));
+    // perftest's ib_send_bw keeps 512 receives posted: a server that is
+    // descheduled for a few milliseconds must not let the queue run dry.
+    // In loopback mode both ends are one thread: the queue depth, as before.
     if (cfg.rx_depth == 0)
-        cfg.rx_depth = cfg.qp_depth;
-    if (cfg.rx_depth > cfg.qp_depth)
+        cfg.rx_depth = remote(cfg) ? 512 : cfg.qp_depth;
+    if (!remote(cfg) && cfg.rx_depth > cfg.qp_depth)
         throw usage_error("--rx-depth " + std::to_string(cfg.rx_depth) + " is more than --qp-depth " +
                           std::to_string(cfg.qp_depth));
     return cfg;
@@ -1344,8 +1348,6 @@ config adopt_plan(const config& mine, std::string_view plan) {
     cfg.depth = theirs->depth;
     cfg.qps = theirs->qps;
     cfg.full_round_trip = theirs->full_round_trip;
-    if (cfg.rx_depth > cfg.qp_depth)
-        cfg.rx_depth = cfg.qp_depth;
     return cfg;
 }
 
@@ -1645,7 +1647,10 @@ builder make_builder(config& cfg) {
     if (cfg.qp_timeout)
         b.timeout(*cfg.qp_timeout);
     b.send_queue_depth(cfg.qp_depth);
-    b.recv_queue_depth(cfg.qp_depth);
+    b.recv_queue_depth(std::max(cfg.qp_depth, cfg.rx_depth));
+    // As perftest sets its QPs: a send that finds no receive is retried
+    // after 0.64 ms, not the verbs default of 655 ms.
+    b.min_rnr_timer(12);
     b.exchange(cfg.exchange);
     agent_limits limits;
     limits.max_lease = grant_lease;
