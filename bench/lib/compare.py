@@ -156,7 +156,9 @@ def run_perftest(args, device, address, gid, port, timeout):
 
 
 def run_cordma(perf, args, device, timeout):
-    cmd = [perf] + args + ["--device", device, "--json", "--quiet"]
+    # --loopback: both ends in one process, as this comparison was made
+    # (cordma-perf without it is a server, with a HOST a client).
+    cmd = [perf, "--loopback"] + args + ["--device", device, "--json", "--quiet"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"cordma-perf exited with {done.returncode}: {done.stderr.strip()}")
@@ -217,7 +219,7 @@ def measure(opts):
                             record["result"], _ = run_perftest(run["args"], device, address, gid, port,
                                                                opts.timeout)
                         else:
-                            record["cmd"] = ["cordma-perf"] + run["args"] + ["--device", device, "--json"]
+                            record["cmd"] = ["cordma-perf", "--loopback"] + run["args"] + ["--device", device, "--json"]
                             record["result"], _ = run_cordma(opts.cordma_perf, run["args"], device, opts.timeout)
                         record["error"] = None
                         break
