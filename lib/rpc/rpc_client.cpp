@@ -21,7 +21,6 @@
 #include <cordma/task_group.hpp>
 
 #include "engine/delay.hpp"
-#include "engine/run_and_wait.hpp"
 #include "rpc/frame_buffers.hpp"
 #include "rpc/rpc_wire.hpp"
 
