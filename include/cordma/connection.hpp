@@ -37,6 +37,21 @@
 ///   owns the connection's receives and recv throws std::logic_error.
 /// - Allocation: none per operation on the event listener thread. Awaiting from
 ///   another thread hops to the listener once (one small allocation).
+/// - Doorbells and completions (automatic, nothing to configure). A send,
+///   write, read or atomic awaited while the event listener is handing out
+///   completions (i.e. by a coroutine one of them resumed) is chained with
+///   the others posted in that drain pass, and the chain goes out with one
+///   ibv_post_send when the pass ends; awaited anywhere else, it is posted at
+///   once. Only the last request of a chain, and every Nth request of one (N
+///   is a quarter of the send queue, at most 32), asks for a completion: RC
+///   completes a send queue in order, so one completion resumes every
+///   operation posted before it, in posting order. A request that fails
+///   still completes with its own error, and fails only its own operation;
+///   those behind it are flushed, each with its own error, as always.
+/// - Inline data: a send or write of one slice of at most the QP's
+///   max_inline_data bytes (builder::max_inline_data, 64 by default) is
+///   copied into the work request when it is posted. The device never reads
+///   the buffer, so it needs no DMA and its local key is not checked.
 
 #include <chrono>
 #include <coroutine>
@@ -139,6 +154,9 @@ private:
     friend class connection;
     struct arguments {
         std::span<const local_slice> sg_list;
+        /// A single slice the operation may take over instead of copying
+        /// (an argument passed by value): one reference-count update less.
+        local_slice* owned = nullptr;
         remote_slice remote{};
         std::uint32_t imm = 0;
         std::uint64_t compare_add = 0;
@@ -151,9 +169,14 @@ private:
         : token_(std::move(token)) {
         connection = state;
         kind = op_kind;
-        for (std::size_t i = 0; i < args.sg_list.size(); ++i)
-            local[i] = args.sg_list[i];
-        sge_count = static_cast<std::uint8_t>(args.sg_list.size());
+        if (args.owned != nullptr) {
+            local[0] = std::move(*args.owned);
+            sge_count = 1;
+        } else {
+            for (std::size_t i = 0; i < args.sg_list.size(); ++i)
+                local[i] = args.sg_list[i];
+            sge_count = static_cast<std::uint8_t>(args.sg_list.size());
+        }
         remote = args.remote;
         imm = args.imm;
         compare_add = args.compare_add;

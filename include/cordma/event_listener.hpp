@@ -118,8 +118,24 @@ public:
     /// benchmarks of the polling modes).
     std::uint64_t sleeps() const noexcept { return sleeps_.load(std::memory_order_relaxed); }
 
+    /// Event listener thread. True while completions are being handed out
+    /// (a drain pass): a work request posted now can wait for the pass to
+    /// end and go out in one chain (ring_after_drain).
+    bool in_drain_pass() const noexcept { return draining_; }
+    /// Event listener thread, during a drain pass: `bell` is rung once the
+    /// pass ends (once, however often it is asked). The engine's hook for
+    /// batched doorbells; `bell` must stay valid until rung.
+    void ring_after_drain(detail::doorbell* bell) noexcept {
+        if (bell->pending)
+            return;
+        bell->pending = true;
+        bell->next_pending = doorbells_;
+        doorbells_ = bell;
+    }
+
 private:
     event_listener(std::shared_ptr<device_context> device, event_listener_options options);
+    void ring_doorbells() noexcept;
     struct handle;
     void request_stop() noexcept;
     void run() noexcept;
@@ -152,6 +168,8 @@ private:
     std::unordered_set<timer_entry*> timers_;
     std::vector<completion_queue*> cqs_;
     std::vector<ibv_wc> wcs_;
+    bool draining_ = false;
+    detail::doorbell* doorbells_ = nullptr;
 
     std::mutex posted_mutex_;
     std::vector<std::function<void()>> posted_;

@@ -122,10 +122,13 @@ public:
             throw_post_error("ibv_post_recv", rc);
     }
 
+    /// Throws the verbs_error for a failed post (`rc` as ibv_post_send or
+    /// ibv_post_recv returned it), naming the call and this QP.
+    [[noreturn]] void throw_post_error(const char* call, int rc) const;
+
 private:
     queue_pair(std::shared_ptr<protection_domain> pd, std::shared_ptr<completion_queue> send_cq,
                std::shared_ptr<completion_queue> recv_cq, const qp_capacity& capacity);
-    [[noreturn]] void throw_post_error(const char* call, int rc) const;
     void modify(ibv_qp_attr& attr, int mask, const char* transition, const std::string& details);
 
     std::shared_ptr<protection_domain> pd_;

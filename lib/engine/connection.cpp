@@ -165,16 +165,18 @@ std::size_t total_size(std::span<const local_slice> sg_list) {
 
 operation<void> connection::send(local_slice local, std::stop_token token) {
     check_sg_list("send", {&local, 1}, checked_state("send").qp()->capacity().max_send_sge);
-    return {&checked_state("send"), detail::op_kind::send, std::move(token), {.sg_list = {&local, 1}}};
+    return {&checked_state("send"), detail::op_kind::send, std::move(token), {.sg_list = {}, .owned = &local}};
 }
 
 operation<void> connection::send_with_imm(local_slice local, std::uint32_t imm, std::stop_token token) {
     check_sg_list("send_with_imm", {&local, 1}, checked_state("send_with_imm").qp()->capacity().max_send_sge);
-    return {&checked_state("send_with_imm"), detail::op_kind::send_with_imm, std::move(token), {.sg_list = {&local, 1}, .imm = imm}};
+    return {&checked_state("send_with_imm"), detail::op_kind::send_with_imm, std::move(token), {.sg_list = {}, .owned = &local, .imm = imm}};
 }
 
 operation<recv_result> connection::recv(local_slice local, std::stop_token token) {
-    return recv(std::span<const local_slice>(&local, 1), std::move(token));
+    if (checked_state("recv").qp()->srq() == nullptr)
+        check_sg_list("recv", {&local, 1}, checked_state("recv").qp()->capacity().max_recv_sge);
+    return {&checked_state("recv"), detail::op_kind::recv, std::move(token), {.sg_list = {}, .owned = &local}};
 }
 
 operation<recv_result> connection::recv(std::span<const local_slice> sg_list, std::stop_token token) {
@@ -190,7 +192,11 @@ operation<recv_result> connection::recv_imm(std::stop_token token) {
 }
 
 operation<void> connection::write(local_slice local, remote_slice remote, std::stop_token token) {
-    return write(std::span<const local_slice>(&local, 1), remote, std::move(token));
+    check_sg_list("write", {&local, 1}, checked_state("write").qp()->capacity().max_send_sge);
+    check_remote_size("write", local.size(), remote);
+    check_remote_access("write", remote, access_flags::remote_write);
+    return {&checked_state("write"), detail::op_kind::write, std::move(token),
+            {.sg_list = {}, .owned = &local, .remote = remote}};
 }
 
 operation<void> connection::write(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token) {
@@ -206,11 +212,15 @@ operation<void> connection::write_with_imm(local_slice local, remote_slice remot
     check_remote_size("write_with_imm", local.size(), remote);
     check_remote_access("write_with_imm", remote, access_flags::remote_write);
     return {&checked_state("write_with_imm"), detail::op_kind::write_with_imm, std::move(token),
-            {.sg_list = {&local, 1}, .remote = remote, .imm = imm}};
+            {.sg_list = {}, .owned = &local, .remote = remote, .imm = imm}};
 }
 
 operation<void> connection::read(local_slice local, remote_slice remote, std::stop_token token) {
-    return read(std::span<const local_slice>(&local, 1), remote, std::move(token));
+    check_sg_list("read", {&local, 1}, checked_state("read").qp()->capacity().max_send_sge);
+    check_remote_size("read", local.size(), remote);
+    check_remote_access("read", remote, access_flags::remote_read);
+    return {&checked_state("read"), detail::op_kind::read, std::move(token),
+            {.sg_list = {}, .owned = &local, .remote = remote}};
 }
 
 operation<void> connection::read(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token) {

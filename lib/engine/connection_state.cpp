@@ -36,6 +36,8 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> liste
             if (!receive) {
                 slot.atomic_result = &atomic_results_[i];
                 slot.atomic_lkey = atomic_results_mr_.lkey();
+                slot.wr.wr_id = slot.as_wr_id();
+                slot.wr.sg_list = slot.sges.data();
             }
             head = &slot;
         }
@@ -43,6 +45,12 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> liste
     };
     free_send_ = init(send_slots_, false);
     free_recv_ = init(recv_slots_, true);
+    bell_.ring = &connection_state::on_ring;
+    bell_.self = this;
+    // One completion retires at most a quarter of the send queue, so the
+    // queue never runs dry waiting for a completion that comes late (a
+    // chain of large writes keeps three quarters of them in flight).
+    signal_every_ = static_cast<std::uint32_t>(std::clamp<std::size_t>(send_slots_.size() / 4, 1, 32));
 }
 
 connection_state::~connection_state() {
@@ -122,12 +130,12 @@ void connection_state::count_posted() noexcept {
 }
 
 void connection_state::post(operation_base* op, work_slot* slot) {
-    ibv_sge sges[max_sges];
-    for (std::size_t i = 0; i < op->sge_count; ++i) {
-        const local_slice& s = op->local[i];
-        sges[i] = {reinterpret_cast<std::uint64_t>(s.data()), static_cast<std::uint32_t>(s.size()), s.lkey()};
-    }
     if (op->kind == op_kind::recv) {
+        ibv_sge sges[max_sges];
+        for (std::size_t i = 0; i < op->sge_count; ++i) {
+            const local_slice& s = op->local[i];
+            sges[i] = {reinterpret_cast<std::uint64_t>(s.data()), static_cast<std::uint32_t>(s.size()), s.lkey()};
+        }
         ibv_recv_wr wr{};
         wr.wr_id = slot->as_wr_id();
         wr.sg_list = sges;
@@ -135,25 +143,39 @@ void connection_state::post(operation_base* op, work_slot* slot) {
         qp_->post_recv(wr);
         append_posted(slot);
     } else {
-        ibv_send_wr wr{};
-        wr.wr_id = slot->as_wr_id();
-        wr.sg_list = sges;
+        // Only the fields this opcode reads: wr_id and sg_list were set when
+        // the slot was made, and the rest of the request is never read.
+        ibv_send_wr& wr = slot->wr;
+        for (std::size_t i = 0; i < op->sge_count; ++i) {
+            const local_slice& s = op->local[i];
+            slot->sges[i] = {reinterpret_cast<std::uint64_t>(s.data()), static_cast<std::uint32_t>(s.size()),
+                             s.lkey()};
+        }
+        wr.next = nullptr;
         wr.num_sge = op->sge_count;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.wr.rdma.remote_addr = op->remote.address;
-        wr.wr.rdma.rkey = op->remote.rkey;
+        unsigned flags = 0;
+        bool may_inline = false;
         switch (op->kind) {
-        case op_kind::send: wr.opcode = IBV_WR_SEND; break;
+        case op_kind::send:
+            wr.opcode = IBV_WR_SEND;
+            may_inline = true;
+            break;
         case op_kind::send_with_imm:
             wr.opcode = IBV_WR_SEND_WITH_IMM;
             wr.imm_data = htonl(op->imm);
+            may_inline = true;
             break;
-        case op_kind::write: wr.opcode = IBV_WR_RDMA_WRITE; break;
+        case op_kind::write:
         case op_kind::write_with_imm:
-            wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        case op_kind::read:
+            wr.opcode = op->kind == op_kind::write            ? IBV_WR_RDMA_WRITE
+                        : op->kind == op_kind::write_with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM
+                                                              : IBV_WR_RDMA_READ;
             wr.imm_data = htonl(op->imm);
+            wr.wr.rdma.remote_addr = op->remote.address;
+            wr.wr.rdma.rkey = op->remote.rkey;
+            may_inline = op->kind != op_kind::read;
             break;
-        case op_kind::read: wr.opcode = IBV_WR_RDMA_READ; break;
         case op_kind::fetch_add:
         case op_kind::compare_swap:
             wr.opcode = op->kind == op_kind::fetch_add ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
@@ -161,32 +183,182 @@ void connection_state::post(operation_base* op, work_slot* slot) {
             wr.wr.atomic.rkey = op->remote.rkey;
             wr.wr.atomic.compare_add = op->compare_add;
             wr.wr.atomic.swap = op->swap;
-            sges[0] = {reinterpret_cast<std::uint64_t>(slot->atomic_result), 8, slot->atomic_lkey};
+            slot->sges[0] = {reinterpret_cast<std::uint64_t>(slot->atomic_result), 8, slot->atomic_lkey};
             wr.num_sge = 1;
             break;
         case op_kind::recv: break;
         }
-        // Small payloads ride inside the work request: no DMA read of the
-        // buffer, lower latency. Only for sends and writes.
-        if ((op->kind == op_kind::send || op->kind == op_kind::send_with_imm || op->kind == op_kind::write ||
-             op->kind == op_kind::write_with_imm) &&
-            op->sge_count == 1 && sges[0].length <= qp_->capacity().max_inline_data)
-            wr.send_flags |= IBV_SEND_INLINE;
-        qp_->post_send(wr);
+        // Small payloads ride inside the work request: the device copies
+        // them when the request is posted, reads no buffer and needs no
+        // DMA of it (sends and writes of one slice, up to max_inline_data).
+        if (may_inline && op->sge_count == 1 && slot->sges[0].length <= qp_->capacity().max_inline_data)
+            flags |= IBV_SEND_INLINE;
+        if (event_listener_->in_drain_pass()) {
+            // Batched doorbell: chained, posted when the pass ends. Only
+            // every signal_every_-th request (and the chain's last, see
+            // ring) asks for a completion.
+            if (++unsignalled_ >= signal_every_) {
+                flags |= IBV_SEND_SIGNALED;
+                unsignalled_ = 0;
+                ++counters_.signalled;
+            }
+            ++counters_.requests;
+            wr.send_flags = flags;
+            if (chain_tail_ != nullptr)
+                chain_tail_->wr.next = &wr;
+            else
+                chain_head_ = slot;
+            chain_tail_ = slot;
+            event_listener_->ring_after_drain(&bell_);
+        } else {
+            wr.send_flags = flags | IBV_SEND_SIGNALED;
+            qp_->post_send(wr);
+            append_sent(slot);
+            ++counters_.requests;
+            ++counters_.doorbells;
+            ++counters_.signalled;
+        }
     }
-    // Posted: from here the slot, not the frame, holds the buffers.
-    for (std::size_t i = 0; i < op->sge_count; ++i)
-        slot->buffers[i] = std::move(op->local[i]);
-    slot->buffer_count = op->sge_count;
+    // The operation's frame keeps its buffers; the slot takes them only if
+    // the operation goes away first (take_buffers).
+    slot->buffer_count = 0;
     slot->adopted = false;
     slot->op = op;
     slot->ticket = op->ticket;
     op->slot = slot;
 }
 
+void connection_state::on_ring(doorbell* bell) noexcept { static_cast<chain_bell*>(bell)->self->ring(); }
+
+void connection_state::ring() noexcept {
+    work_slot* head = std::exchange(chain_head_, nullptr);
+    work_slot* tail = std::exchange(chain_tail_, nullptr);
+    unsignalled_ = 0;
+    if (head == nullptr)
+        return;
+    // The chain's last request always asks for a completion: it retires
+    // every unsignalled one before it.
+    if ((tail->wr.send_flags & IBV_SEND_SIGNALED) == 0) {
+        tail->wr.send_flags |= IBV_SEND_SIGNALED;
+        ++counters_.signalled;
+    }
+    tail->wr.next = nullptr;
+    if (broken_) {
+        fail_unposted(head, nullptr);
+        return;
+    }
+    ibv_send_wr* bad = nullptr;
+    ++counters_.doorbells;
+    int rc = ibv_post_send(qp_->native_handle(), &head->wr, &bad);
+    work_slot* s = head;
+    while (s != nullptr && !(rc != 0 && &s->wr == bad)) {
+        work_slot* next = s->wr.next != nullptr ? static_cast<work_slot*>(completion_target::from_wr_id(s->wr.next->wr_id))
+                                                : nullptr;
+        append_sent(s);
+        s = next;
+    }
+    if (rc == 0 || s == nullptr)
+        return;
+    std::exception_ptr error;
+    try {
+        qp_->throw_post_error("ibv_post_send", rc);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    if (s != head) {
+        // Part of the chain went out, maybe none of it signalled: only a
+        // flush completes those now. The device refused a request the
+        // library built, so this connection cannot be trusted either.
+        shut_down(std::string("ibv_post_send refused a work request the library checked (error ") +
+                  std::to_string(rc) + ")");
+    }
+    fail_unposted(s, error);
+}
+
+void connection_state::fail_unposted(work_slot* first, std::exception_ptr error) noexcept {
+    // Keep ourselves alive through the resumptions below.
+    std::shared_ptr<connection_state> keep = self_while_busy_;
+    for (work_slot* s = first; s != nullptr;) {
+        work_slot* next = s->wr.next != nullptr ? static_cast<work_slot*>(completion_target::from_wr_id(s->wr.next->wr_id))
+                                                : nullptr;
+        s->wr.next = nullptr;
+        operation_base* op = s->op;
+        for (std::size_t i = 0; i < s->buffer_count; ++i)
+            s->buffers[i] = local_slice{};
+        s->buffer_count = 0;
+        s->op = nullptr;
+        s->next_free = free_send_;
+        free_send_ = s;
+        if (--outstanding_ == 0)
+            self_while_busy_.reset();
+        if (op != nullptr) {
+            op->slot = nullptr;
+            std::exception_ptr e = error;
+            if (!e) {
+                try {
+                    throw disconnected_error(to_string(op->kind), peer_, broken_reason_);
+                } catch (...) {
+                    e = std::current_exception();
+                }
+            }
+            fail(op, std::move(e));
+        }
+        promote_waiters(false);
+        if (op != nullptr)
+            op->continuation.resume();
+        s = next;
+    }
+}
+
+void connection_state::append_sent(work_slot* slot) noexcept {
+    slot->next_in_line = nullptr;
+    (sent_tail_ ? sent_tail_->next_in_line : sent_head_) = slot;
+    sent_tail_ = slot;
+}
+
 void connection_state::on_complete(completion_target* target, const ibv_wc& wc) noexcept {
     auto* slot = static_cast<work_slot*>(target);
-    slot->owner->complete(slot, wc);
+    if (slot->receive)
+        slot->owner->complete(slot, wc);
+    else
+        slot->owner->complete_send(slot, wc);
+}
+
+void connection_state::complete_send(work_slot* slot, const ibv_wc& wc) noexcept {
+    // RC completes a send queue in order: this completion means every
+    // request posted before it is done, including the unsignalled ones,
+    // which report nothing themselves. They succeeded: a failed request
+    // always completes with its own error, and so does every request the
+    // failure flushed.
+    while (sent_head_ != nullptr && sent_head_ != slot) {
+        work_slot* earlier = sent_head_;
+        sent_head_ = earlier->next_in_line;
+        if (sent_head_ == nullptr)
+            sent_tail_ = nullptr;
+        earlier->next_in_line = nullptr;
+        ibv_wc retired{};
+        retired.wr_id = earlier->as_wr_id();
+        retired.status = IBV_WC_SUCCESS;
+        retired.qp_num = wc.qp_num;
+        complete(earlier, retired);
+    }
+    if (sent_head_ == slot) {
+        sent_head_ = slot->next_in_line;
+        if (sent_head_ == nullptr)
+            sent_tail_ = nullptr;
+        slot->next_in_line = nullptr;
+    }
+    complete(slot, wc);
+}
+
+void connection_state::take_buffers(work_slot* slot, operation_base* op) noexcept {
+    // An adopted receive's message lands in the buffers the slot already
+    // has (the cancelled recv's), not in the adopting operation's.
+    if (slot->adopted)
+        return;
+    for (std::size_t i = 0; i < op->sge_count; ++i)
+        slot->buffers[i] = std::move(op->local[i]);
+    slot->buffer_count = op->sge_count;
 }
 
 namespace {
@@ -277,8 +449,9 @@ void connection_state::complete(work_slot* slot, const ibv_wc& wc) noexcept {
                 hand_over(*slot, wc.byte_len, op, peer_);
         }
     }
-    for (auto& b : slot->buffers)
-        b = local_slice{};
+    for (std::size_t i = 0; i < slot->buffer_count; ++i)
+        slot->buffers[i] = local_slice{};
+    slot->buffer_count = 0;
     slot->adopted = false;
     if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR && !broken_)
         note_failure(op ? to_string(op->kind) : "abandoned operation", wc);
@@ -420,6 +593,7 @@ void connection_state::abandon(operation_base* op) noexcept {
         // Orphaned: the completion just frees the slot (a receive's message
         // is kept for the next recv).
         bool receive = op->slot->receive;
+        take_buffers(op->slot, op);
         orphan(op->slot);
         op->slot = nullptr;
         if (receive)
@@ -442,6 +616,7 @@ void connection_state::cancel(operation_base* op, std::uint64_t ticket) noexcept
         for (work_slot& slot : *slots)
             if (slot.op == op && slot.ticket == ticket) {
                 bool receive = slot.receive;
+                take_buffers(&slot, op);
                 orphan(&slot);  // the completion will only free the slot
                 op->slot = nullptr;
                 fail(op, std::make_exception_ptr(

@@ -18,6 +18,7 @@
 #include <cordma/task.hpp>
 #include <cordma/detail/operation.hpp>
 #include "engine/transport.hpp"
+#include "engine/work_slot.hpp"
 
 namespace cordma::detail {
 
@@ -120,13 +121,29 @@ public:
     /// Number of work requests posted and not yet completed.
     std::size_t outstanding() const noexcept { return outstanding_; }
 
+    /// What the send queue has seen: work requests, ibv_post_send calls
+    /// (doorbells) and requests that asked for a completion. Event listener
+    /// thread; for tests and benchmarks of batching and signalling.
+    struct send_counters {
+        std::uint64_t requests = 0;
+        std::uint64_t doorbells = 0;
+        std::uint64_t signalled = 0;
+    };
+    const send_counters& counters() const noexcept { return counters_; }
+
 private:
     static void on_complete(completion_target* target, const ibv_wc& wc) noexcept;
+    static void on_ring(doorbell* bell) noexcept;
+    void ring() noexcept;
+    void fail_unposted(work_slot* first, std::exception_ptr error) noexcept;
+    void complete_send(work_slot* slot, const ibv_wc& wc) noexcept;
     void complete(work_slot* slot, const ibv_wc& wc) noexcept;
+    void take_buffers(work_slot* slot, operation_base* op) noexcept;
     void complete_queue_slot(work_slot* slot, const ibv_wc& wc) noexcept;
     void post(operation_base* op, work_slot* slot);
     void count_posted() noexcept;
     void append_posted(work_slot* slot) noexcept;
+    void append_sent(work_slot* slot) noexcept;
     void remove_posted(work_slot* slot) noexcept;
     void adopt_orphan(operation_base* op) noexcept;
     void orphan(work_slot* slot) noexcept;
@@ -149,6 +166,20 @@ private:
     work_slot* free_send_ = nullptr;
     work_slot* free_recv_ = nullptr;
     std::vector<std::uint64_t> atomic_results_;
+    // Send requests posted during a drain pass, chained through wr.next,
+    // waiting for the pass to end (event_listener::ring_after_drain).
+    struct chain_bell : doorbell {
+        connection_state* self = nullptr;
+    } bell_;
+    work_slot* chain_head_ = nullptr;
+    work_slot* chain_tail_ = nullptr;
+    std::uint32_t unsignalled_ = 0;   // in a row, in the chain being built
+    std::uint32_t signal_every_ = 1;  // the most requests one completion retires
+    // Send slots posted and not completed, in posting order: a completion
+    // retires every request before it (selective signalling).
+    work_slot* sent_head_ = nullptr;
+    work_slot* sent_tail_ = nullptr;
+    send_counters counters_;
     memory_region atomic_results_mr_;
 
     // Waiting for a credit, FIFO, per queue.

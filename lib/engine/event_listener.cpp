@@ -270,10 +270,12 @@ void event_listener::on_channel_ready() {
 
 bool event_listener::drain(completion_queue& cq) {
     int n = cq.poll(wcs_);
+    draining_ = true;
     for (int i = 0; i < n; ++i) {
         auto* target = detail::completion_target::from_wr_id(wcs_[i].wr_id);
         target->on_complete(target, wcs_[i]);
     }
+    ring_doorbells();
     return n == static_cast<int>(wcs_.size());
 }
 
@@ -283,13 +285,31 @@ bool event_listener::drain_all() {
         // Index, not iterator: a resumed coroutine may create a CQ.
         completion_queue* cq = cqs_[i];
         int n = cq->poll(wcs_);
+        if (n == 0)
+            continue;
+        draining_ = true;
         for (int k = 0; k < n; ++k) {
             auto* target = detail::completion_target::from_wr_id(wcs_[k].wr_id);
             target->on_complete(target, wcs_[k]);
         }
-        any |= n > 0;
+        ring_doorbells();
+        any = true;
     }
     return any;
+}
+
+// The end of a drain pass: every chain built during it goes out now. A bell
+// may fail requests and resume their coroutines, which may post again: those
+// posts are still part of the pass and wait in a new chain, rung next round.
+void event_listener::ring_doorbells() noexcept {
+    while (doorbells_ != nullptr) {
+        detail::doorbell* bell = doorbells_;
+        doorbells_ = bell->next_pending;
+        bell->next_pending = nullptr;
+        bell->pending = false;
+        bell->ring(bell);
+    }
+    draining_ = false;
 }
 
 void event_listener::arm_all() {

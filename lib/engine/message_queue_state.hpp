@@ -17,7 +17,7 @@
 
 #include <cordma/event_listener.hpp>
 #include <cordma/receive_queue.hpp>
-#include <cordma/detail/operation.hpp>
+#include "engine/work_slot.hpp"
 
 namespace cordma::detail {
 

@@ -20,6 +20,16 @@ struct CORDMA_API completion_target {
     }
 };
 
+/// Work requests a connection chained while the event listener was running
+/// a drain pass (coroutines resumed by completions posting their next
+/// operation): the listener rings every pending doorbell when the pass
+/// ends, so the chain goes out with one ibv_post_send.
+struct CORDMA_API doorbell {
+    void (*ring)(doorbell* self) noexcept = nullptr;
+    doorbell* next_pending = nullptr;
+    bool pending = false;
+};
+
 /// What an io_uring submission's user_data points to.
 struct CORDMA_API uring_target {
     void (*on_ready)(uring_target* self, int result) noexcept = nullptr;

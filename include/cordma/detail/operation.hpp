@@ -40,44 +40,9 @@ constexpr bool is_receive(op_kind kind) noexcept { return kind == op_kind::recv;
 
 class receive_queue_state;
 
-/// A work request slot. Slots are preallocated per connection, one per
-/// send- or receive-queue entry, so holding one is holding a credit. A work
-/// request's wr_id points to its slot, never into a coroutine frame: if the
-/// coroutine goes away first, the slot is merely orphaned (op == nullptr) and
-/// keeps the buffers alive until the completion or flush arrives.
-///
-/// A receive slot whose operation was cancelled or abandoned after posting
-/// stays an orphan in the receive queue: the message that lands in it is
-/// handed to the next recv on the connection (an operation that adopts the
-/// slot, or that later takes it from the kept messages), never dropped.
-struct CORDMA_API work_slot : completion_target {
-    connection_state* owner = nullptr;
-    operation_base* op = nullptr;
-    work_slot* next_free = nullptr;
-    /// Receive slots: the next one in posting order while posted, or in
-    /// arrival order while kept (completed, nobody took the message yet).
-    work_slot* next_in_line = nullptr;
-    std::uint64_t ticket = 0;
-    /// The buffers the work request names, shared with their owner until
-    /// the completion arrives (or, for a kept message, until it is taken).
-    std::array<local_slice, max_sges> buffers;
-    std::uint8_t buffer_count = 0;
-    /// 8 registered bytes where an atomic's old value lands.
-    std::uint64_t* atomic_result = nullptr;
-    std::uint32_t atomic_lkey = 0;
-    bool receive = false;
-    /// Receive slots: `op` adopted this slot from a cancelled receive, so the
-    /// message lands in `buffers` and is copied into op's own on completion.
-    bool adopted = false;
-    /// Receive slots owned by a receive_queue (lib/engine/receive_queue.cpp).
-    receive_queue_state* queue = nullptr;
-    /// A kept message (completed, not taken yet): what the completion said.
-    std::uint32_t byte_len = 0;
-    bool has_imm = false;
-    std::uint32_t received_imm = 0;
-    /// The QP the message arrived on (wc.qp_num).
-    std::uint32_t source_qp = 0;
-};
+/// A per-connection work request slot (lib/engine/work_slot.hpp): what a
+/// posted operation's wr_id points to.
+struct work_slot;
 
 /// The part of an operation's awaiter the connection drives. Lives in the
 /// coroutine frame; allocates nothing.
