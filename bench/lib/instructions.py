@@ -273,7 +273,7 @@ def diff(a, b, scale):
     if isinstance(a, dict) or isinstance(b, dict):
         a = a or {}
         b = b or {}
-        return {k: diff(a.get(k, 0), b.get(k, 0), scale) for k in set(a) | set(b)}
+        return {k: diff(a.get(k, 0), b.get(k, 0), scale) for k in dict.fromkeys(list(a) + list(b))}
     return (b - a) / scale
 
 
@@ -305,7 +305,8 @@ def per_write(short, long_, n_short, n_long, root):
     for key, f in fns.items():
         if key in long_.inclusive or key in short.inclusive:
             f["inclusive_per_write"] = (long_.inclusive.get(key, 0) - short.inclusive.get(key, 0)) / writes
-    result["functions"] = sorted(fns.values(), key=lambda f: -f["self_per_write"])
+    # Ties in a fixed order (a set's order changes from one Python run to the next).
+    result["functions"] = sorted(fns.values(), key=lambda f: (-f["self_per_write"], f["object"], f["function"]))
     lines = []
     for key in set(short.by_line) | set(long_.by_line):
         ob, fn, path, line = key
@@ -315,12 +316,12 @@ def per_write(short, long_, n_short, n_long, root):
         if abs(d) >= 0.005:
             lines.append({"object": os.path.basename(ob), "function": fn, "file": rel_path(path, root), "line": line,
                           "source": source_kind(path, root), "self_per_write": d})
-    result["cordma_lines"] = sorted(lines, key=lambda l: -l["self_per_write"])
+    result["cordma_lines"] = sorted(lines, key=lambda l: (-l["self_per_write"], l["file"], l["line"], l["function"]))
     files = {}
     for l in lines:
         where = source_where(l["file"], 0, root).rsplit(":", 1)[0]
         files[where] = files.get(where, 0) + l["self_per_write"]
-    result["cordma_files"] = dict(sorted(files.items(), key=lambda kv: -kv[1]))
+    result["cordma_files"] = dict(sorted(files.items(), key=lambda kv: (-kv[1], kv[0])))
     return result
 
 
@@ -343,8 +344,9 @@ def resolve(path, root):
     (absolute, or relative to the build directory) or relative to the
     repository."""
     if root and not os.path.isabs(path):
-        in_repo = os.path.join(root, path)
-        path = in_repo if os.path.exists(in_repo) else os.path.join(root, "build", path)
+        for candidate in (os.path.join(root, path), os.path.join(root, "build", path)):
+            if os.path.exists(candidate):
+                return os.path.normpath(candidate)
     return os.path.normpath(path)
 
 
@@ -379,7 +381,7 @@ def cmd_parse(args):
         run = parse(path)
         s = summarize_run(run, args.root)
         s["file"] = path
-        top = sorted(run.self_cost.items(), key=lambda kv: -kv[1])[:args.top]
+        top = sorted(run.self_cost.items(), key=lambda kv: (-kv[1], kv[0]))[:args.top]
         s["top"] = [{"object": os.path.basename(ob), "function": fn, "self": ir} for (ob, fn), ir in top]
         json.dump(s, sys.stdout, indent=1)
         print()
@@ -453,7 +455,7 @@ def cmd_report(args):
             "listener_passes_per_write": spread(passes) if passes else None,
             "cordma_by_source": {k: spread(r["cordma_by_source"].get(k, 0) for r in reps)
                                  for k in sorted(set().union(*(r["cordma_by_source"] for r in reps)))},
-            "objects": {os.path.basename(k): v for k, v in sorted(first["objects"].items(), key=lambda kv: -kv[1])
+            "objects": {os.path.basename(k): v for k, v in sorted(first["objects"].items(), key=lambda kv: (-kv[1], kv[0]))
                         if abs(v) >= 0.05},
             "top_cordma_functions": [f for f in first["functions"] if f["group"] == "cordma"][:args.top],
             "cordma_files": {k: spread(r["cordma_files"].get(k, 0) for r in reps)
@@ -513,8 +515,11 @@ def render_md(result, args):
     n1, n2 = meta["iters"]
     out = []
     out.append(f"# Instructions per 8 B RDMA write: {result['name']}\n")
+    code = meta.get("code_commit")
+    code_text = f" (lib/, include/ and cordma-perf as of `{code}`)" if code and code != meta.get("commit") else ""
     out.append(f"Measured {meta.get('date', result['date'])} on {meta.get('where', '?')}; commit "
-               f"`{meta.get('commit', '?')}`{' with uncommitted changes to lib/, include/ or bench/cordma_perf.cpp' if meta.get('dirty') else ''}; "
+               f"`{meta.get('commit', '?')}`{code_text}"
+               f"{' with uncommitted changes to lib/, include/ or bench/cordma_perf.cpp' if meta.get('dirty') else ''}; "
                f"build type {meta.get('buildtype', '?')}; {meta.get('valgrind', 'valgrind')}. "
                f"{meta['reps']} repetitions of each pair of runs, {meta.get('measuring_seconds', '?')} s of "
                "measuring.\n")
@@ -569,7 +574,7 @@ def render_md(result, args):
                    "code counts where it was written):\n")
         out.append("| source | instructions per write |")
         out.append("| --- | ---: |")
-        for k, sp in sorted(t["cordma_by_source"].items(), key=lambda kv: -kv[1]["median"]):
+        for k, sp in sorted(t["cordma_by_source"].items(), key=lambda kv: (-kv[1]["median"], kv[0])):
             if abs(sp["median"]) >= 0.05:
                 out.append(f"| {k} | {range_text(sp)} |")
         out.append("")
