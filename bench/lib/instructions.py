@@ -482,6 +482,10 @@ def cmd_report(args):
         print("warning: " + p, file=sys.stderr)
 
 
+def plural(n, word):
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def range_text(s, digits=1):
     if not s:
         return "-"
@@ -495,7 +499,7 @@ def render_summary(result):
     for t in result["tests"]:
         g = t["groups"]
         lines.append(f"{t['test']}: {fmt(t['total_per_write']['median'])} instructions per 8 B write in all "
-                     f"(range over {len(t['reps'])} repetitions {fmt(t['total_per_write']['range'])}); "
+                     f"(range over {plural(len(t['reps']), 'repetition')} {fmt(t['total_per_write']['range'])}); "
                      f"cordma's own {fmt(t['cordma_per_write']['median'])}, "
                      + ", ".join(f"{k} {fmt(g[k]['median'])}" for k in GROUP_ORDER if k != "cordma")
                      + f"; allocations per write {fmt(t['allocations_per_write']['median'], 2)}")
@@ -521,7 +525,7 @@ def render_md(result, args):
                f"`{meta.get('commit', '?')}`{code_text}"
                f"{' with uncommitted changes to lib/, include/ or bench/cordma_perf.cpp' if meta.get('dirty') else ''}; "
                f"build type {meta.get('buildtype', '?')}; {meta.get('valgrind', 'valgrind')}. "
-               f"{meta['reps']} repetitions of each pair of runs, {meta.get('measuring_seconds', '?')} s of "
+               f"{plural(meta['reps'], 'repetition')} of each pair of runs, {meta.get('measuring_seconds', '?')} s of "
                "measuring.\n")
     out.append("**Method.** cordma-perf runs one write at a time (`--loopback --test bw -t 1`: one "
                "coroutine looping on `co_await conn.write(...)`; `--test lat` is the same loop plus a TSC "
@@ -555,8 +559,8 @@ def render_md(result, args):
         out.append(f"| of them through operator new | {range_text(t['operator_new_per_write'], 3)} | |")
         out.append(f"| frees | {range_text(t['frees_per_write'], 3)} | |")
         out.append("")
-        out.append(f"The median over {len(t['reps'])} repetitions, with the range in brackets where they "
-                   "differ. ")
+        out.append(f"The median over {plural(len(t['reps']), 'repetition')}, with the range in brackets "
+                   "where they differ. ")
         objs = ", ".join(f"{k} {fmt(v)}" for k, v in t["objects"].items() if object_group(k) == "other")
         if objs:
             out[-1] += f"Other: {objs}."
