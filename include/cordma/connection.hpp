@@ -142,7 +142,8 @@ public:
     }
     Result await_resume() {
         cancel_callback_.reset();
-        rethrow_if_failed();
+        if (error || status != IBV_WC_SUCCESS) [[unlikely]]
+            rethrow_if_failed();
         if constexpr (std::is_same_v<Result, recv_result>) {
             return recv_result{byte_len, has_imm ? std::optional<std::uint32_t>(received_imm) : std::nullopt};
         } else if constexpr (std::is_same_v<Result, std::uint64_t>) {

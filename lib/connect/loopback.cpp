@@ -18,11 +18,14 @@ std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listene
     if (options.port == 0 || options.port == 1)
         options.port = device->first_active_port();
     options.gid_index = device->find_gid_index(options.port, AF_INET);
+    // One send CQ and one receive CQ for all four QPs, as a builder's
+    // runtime shares its pair among its connections: a busy listener polls
+    // two CQs per pass, not eight.
+    const qp_capacity& control = detail::control_capacity;
+    auto send_cq = listener->create_cq(static_cast<int>(2 * (capacity.max_send_wr + control.max_send_wr)));
+    auto recv_cq = listener->create_cq(static_cast<int>(2 * (capacity.max_recv_wr + control.max_recv_wr)));
     auto make_pair = [&](const qp_capacity& cap) {
-        auto make_qp = [&] {
-            int entries = static_cast<int>(cap.max_send_wr + cap.max_recv_wr);
-            return queue_pair::create(pd, listener->create_cq(entries), listener->create_cq(entries), cap);
-        };
+        auto make_qp = [&] { return queue_pair::create(pd, send_cq, recv_cq, cap); };
         auto a = make_qp();
         auto b = make_qp();
         a->connect(b->local_endpoint(options.port, options.gid_index), options);

@@ -192,11 +192,16 @@ operation<recv_result> connection::recv_imm(std::stop_token token) {
 }
 
 operation<void> connection::write(local_slice local, remote_slice remote, std::stop_token token) {
-    check_sg_list("write", {&local, 1}, checked_state("write").qp()->capacity().max_send_sge);
-    check_remote_size("write", local.size(), remote);
-    check_remote_access("write", remote, access_flags::remote_write);
-    return {&checked_state("write"), detail::op_kind::write, std::move(token),
-            {.sg_list = {}, .owned = &local, .remote = remote}};
+    detail::connection_state& state = checked_state("write");
+    // The checks that pass cost a few compares; the named error comes from
+    // the full check only when one fails.
+    if (!local.block() || state.qp()->capacity().max_send_sge == 0) [[unlikely]]
+        check_sg_list("write", {&local, 1}, state.qp()->capacity().max_send_sge);
+    if (local.size() != remote.length) [[unlikely]]
+        check_remote_size("write", local.size(), remote);
+    if (!contains(remote.access, access_flags::remote_write)) [[unlikely]]
+        check_remote_access("write", remote, access_flags::remote_write);
+    return {&state, detail::op_kind::write, std::move(token), {.sg_list = {}, .owned = &local, .remote = remote}};
 }
 
 operation<void> connection::write(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token) {
@@ -208,19 +213,30 @@ operation<void> connection::write(std::span<const local_slice> sg_list, remote_s
 
 operation<void> connection::write_with_imm(local_slice local, remote_slice remote, std::uint32_t imm,
                                            std::stop_token token) {
-    check_sg_list("write_with_imm", {&local, 1}, checked_state("write_with_imm").qp()->capacity().max_send_sge);
-    check_remote_size("write_with_imm", local.size(), remote);
-    check_remote_access("write_with_imm", remote, access_flags::remote_write);
-    return {&checked_state("write_with_imm"), detail::op_kind::write_with_imm, std::move(token),
+    detail::connection_state& state = checked_state("write_with_imm");
+    // The checks that pass cost a few compares; the named error comes from
+    // the full check only when one fails.
+    if (!local.block() || state.qp()->capacity().max_send_sge == 0) [[unlikely]]
+        check_sg_list("write_with_imm", {&local, 1}, state.qp()->capacity().max_send_sge);
+    if (local.size() != remote.length) [[unlikely]]
+        check_remote_size("write_with_imm", local.size(), remote);
+    if (!contains(remote.access, access_flags::remote_write)) [[unlikely]]
+        check_remote_access("write_with_imm", remote, access_flags::remote_write);
+    return {&state, detail::op_kind::write_with_imm, std::move(token),
             {.sg_list = {}, .owned = &local, .remote = remote, .imm = imm}};
 }
 
 operation<void> connection::read(local_slice local, remote_slice remote, std::stop_token token) {
-    check_sg_list("read", {&local, 1}, checked_state("read").qp()->capacity().max_send_sge);
-    check_remote_size("read", local.size(), remote);
-    check_remote_access("read", remote, access_flags::remote_read);
-    return {&checked_state("read"), detail::op_kind::read, std::move(token),
-            {.sg_list = {}, .owned = &local, .remote = remote}};
+    detail::connection_state& state = checked_state("read");
+    // The checks that pass cost a few compares; the named error comes from
+    // the full check only when one fails.
+    if (!local.block() || state.qp()->capacity().max_send_sge == 0) [[unlikely]]
+        check_sg_list("read", {&local, 1}, state.qp()->capacity().max_send_sge);
+    if (local.size() != remote.length) [[unlikely]]
+        check_remote_size("read", local.size(), remote);
+    if (!contains(remote.access, access_flags::remote_read)) [[unlikely]]
+        check_remote_access("read", remote, access_flags::remote_read);
+    return {&state, detail::op_kind::read, std::move(token), {.sg_list = {}, .owned = &local, .remote = remote}};
 }
 
 operation<void> connection::read(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token) {

@@ -547,6 +547,8 @@ void connection_state::take_kept(operation_base* op) noexcept {
 }
 
 void connection_state::promote_waiters(bool receive) noexcept {
+    if ((receive ? recv_waiters_head_ : send_waiters_head_) == nullptr)
+        return;
     for (;;) {
         operation_base*& head = receive ? recv_waiters_head_ : send_waiters_head_;
         work_slot* free = receive ? free_recv_ : free_send_;

@@ -379,7 +379,12 @@ void event_listener::run_loop() {
             continue;
         }
         bool active = drain_all();
-        active |= reap_uring() > 0;
+        // io_uring_peek_cqe calls into liburing even when nothing is there;
+        // io_uring_cq_ready is two loads (plus the flag saying completions
+        // overflowed and only a peek brings them in).
+        if (io_uring_cq_ready(ring_.get()) > 0 ||
+            (IO_URING_READ_ONCE(*ring_->sq.kflags) & IORING_SQ_CQ_OVERFLOW) != 0)
+            active |= reap_uring() > 0;
         if (io_uring_sq_ready(ring_.get()) > 0)
             io_uring_submit(ring_.get());
         // Busy mode never needs the time, and reading the clock is not free
