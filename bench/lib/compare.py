@@ -39,7 +39,7 @@ def main():
     m.add_argument("--reps", type=int, default=3)
     m.add_argument("--lat-sizes", type=sizes, default=[8, 64, 512, 4096])
     m.add_argument("--bw-sizes", type=sizes, default=[65536, 1048576])
-    m.add_argument("--lat-iters", type=int, default=10000)
+    m.add_argument("--lat-iters", type=int, default=5000)
     m.add_argument("--rate-iters", type=int, default=20000)
     m.add_argument("--idle-seconds", type=int, default=10)
     m.add_argument("--timeout", type=float, default=120, help="seconds a client may take")

@@ -26,11 +26,16 @@ def stats(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
 
 
+def unusable(result):
+    """A result with a figure that cannot be right (0 MB/s): left out."""
+    return any(k.endswith(("_us", "_per_s")) and not v > 0 for k, v in result.items() if isinstance(v, (int, float)))
+
+
 def collect(raw):
     """{(group, bytes, label): {metric: {rep: value}}}"""
     table = {}
     for r in raw["runs"]:
-        if not r["result"] or "idle" in r["result"]:
+        if not r["result"] or "idle" in r["result"] or unusable(r["result"]):
             continue
         cell = table.setdefault((r["group"], r["bytes"], r["label"]), {})
         for k, v in r["result"].items():
@@ -208,8 +213,8 @@ def row_label(row):
 def write_markdown(path, s):
     L = [f"# cordma vs perftest vs UCX: {s['name']}", ""]
     where = s["where"] or s["device"]
-    L += [f"Measured {s['started']} on {where} (kernel {s['kernel']}, {s['cpus']} CPUs; perftest "
-          f"{s['versions']['perftest']}, UCX {s['versions']['ucx']}, rdma-core {s['versions']['rdma-core']}), "
+    L += [f"Measured {s['started']} on {where}; kernel {s['kernel']}, {s['cpus']} CPUs; perftest "
+          f"{s['versions']['perftest']}, UCX {s['versions']['ucx']}, rdma-core {s['versions']['rdma-core']}; "
           f"{s['reps']} repetitions, {s['minutes']:.1f} minutes of measuring. Produced by `bench/compare`; every "
           f"run, its command lines and the device's packet count are in `{s['name']}.json`.", ""]
     L += [s["method"], ""]
@@ -223,6 +228,9 @@ def write_markdown(path, s):
                  if hl["busy_samples"] else "The host was otherwise quiet."), ""]
     if s["aborted"]:
         L += [f"**Measuring stopped early**: {s['aborted']}", ""]
+    if s.get("left_out"):
+        L += ["Runs left out of the figures, as what they reported cannot be right (the measuring half now tries "
+              "such a run again): " + "; ".join(s["left_out"]) + ".", ""]
     if s["retried"]:
         L += ["Runs that needed more than one attempt (every attempt's error is in the JSON): "
               + "; ".join(s["retried"]) + ".", ""]
@@ -326,7 +334,7 @@ def plot(path, s):
             return p
 
         def panel(groups, ylabel, title, key, yscale):
-            lines, sizes = [], set()
+            lines, sizes, medians = [], set(), []
             for group, dash in groups:
                 for i, tool in enumerate(("cordma", "perftest", "ucx")):
                     rows = [r for r in s["rows"] if r["group"] == group and r[tool] is not None]
@@ -334,6 +342,7 @@ def plot(path, s):
                         continue
                     pts = [(r["bytes"], r[tool]["median"], r[tool]["min"], r[tool]["max"]) for r in rows]
                     sizes.update(p[0] for p in pts)
+                    medians += [p[1] for p in pts]
                     name = rows[0][f"{tool}_name"].replace("_", "\\\\_")
                     lines.append(f"'{data(f'{group}-{tool}', pts)}' using 1:2:3:4 with yerrorlines lw 2 "
                                  f"pt {(7, 5, 9)[i]} lc {i + 1} dt {dash} title \"{name}\"")
@@ -341,8 +350,11 @@ def plot(path, s):
                 return None
             sizes = sorted(sizes)
             xtics = ", ".join(f'"{short(x)}" {x}' for x in sizes)
-            return ["unset logscale", f"set logscale {yscale}", "set yrange [*:*]" if yscale == "xy" else
-                    "set yrange [0:*]", f"set xtics ({xtics})", f"set xrange [{sizes[0] / 1.6}:{sizes[-1] * 1.6}]",
+            # The y range follows the medians: a repetition a scheduler time
+            # slice slower (4 ms p50s in a busy VM) would squash the rest.
+            yrange = (f"set yrange [{min(medians) / 1.3}:{max(medians) * 1.6}]" if yscale == "xy" else
+                      f"set yrange [0:{max(medians) * 1.35}]")
+            return ["unset logscale", f"set logscale {yscale}", yrange, f"set xtics ({xtics})", f"set xrange [{sizes[0] / 1.6}:{sizes[-1] * 1.6}]",
                     "set xlabel 'message size (bytes)'", f"set ylabel '{ylabel}'", f"set title '{title}'",
                     f"set key {key}", "plot " + ", \\\n     ".join(lines)]
 
@@ -356,7 +368,7 @@ def plot(path, s):
         where = "Soft-RoCE in tools/rxe-vm" if s.get("in_rxe_vm") else "the host's device"
         script = [f'set terminal pngcairo size {640 * len(panels)},520 font "sans,10"', f"set output '{path}'",
                   f'set multiplot layout 1,{len(panels)} title "cordma vs perftest vs UCX on {s["device"]} '
-                  f'({where}), {s["started"][:10]}; medians of {s["reps"]}, bars: min-max"', "set grid"]
+                  f'({where}), {s["started"][:10]}; medians of {s["reps"]}, bars: min-max (cut at the frame)"', "set grid"]
         for p in panels:
             script += p
         script.append("unset multiplot")
@@ -386,21 +398,28 @@ METHOD = (
 
 def report(opts):
     raw = json.load(open(opts.raw))
-    overhead = json.load(open(opts.overhead)) if opts.overhead and os.path.exists(opts.overhead) else None
+    overhead = (json.load(open(opts.overhead)) if opts.overhead and os.path.exists(opts.overhead)
+                else raw.get("coroutine_overhead"))
     table = collect(raw)
     rows = rows_of(raw, table)
     idle = idle_of(raw)
     host_load = host_samples.summarize(opts.host_load) if opts.host_load else None
-    for r in raw["runs"]:
-        r["host_cores_used_by_others"] = host_samples.around(host_load, r["started"], r["started"] + r["seconds"])
+    if host_load:
+        for r in raw["runs"]:
+            r["host_cores_used_by_others"] = host_samples.around(host_load, r["started"], r["started"] + r["seconds"])
+    else:
+        host_load = raw.get("host_load")  # a report made again from a report's JSON keeps what it said
     retried = [f"rep {r['rep']} {r['group']} {human(r['bytes'])} {r['label']} ({len(r['errors'])} failed: "
                f"{r['errors'][-1].splitlines()[0][:120]})" for r in raw["runs"] if r["errors"]]
+    left_out = [f"rep {r['rep']} {r['group']} {human(r['bytes'])} {r['label']}: "
+                + ", ".join(f"{k} {v}" for k, v in r["result"].items() if isinstance(v, (int, float)))
+                for r in raw["runs"] if r["result"] and "idle" not in r["result"] and unusable(r["result"])]
     summary = {
-        "name": os.path.basename(opts.out), "where": opts.where,
+        "name": os.path.basename(opts.out), "where": opts.where or raw.get("where", ""),
         **{k: raw[k] for k in ("device", "address", "kernel", "cpus", "in_rxe_vm", "versions", "started", "minutes",
                                "reps", "lat_sizes", "bw_sizes", "lat_iters", "rate_iters", "idle_seconds",
                                "idle_qps", "post_list", "depth", "ucx_transport_checks", "aborted")},
-        "method": METHOD, "goals": goals_of(rows, idle, overhead), "rows": rows, "idle": idle, "retried": retried,
+        "method": METHOD, "goals": goals_of(rows, idle, overhead), "rows": rows, "idle": idle, "retried": retried, "left_out": left_out,
         "coroutine_overhead": overhead,
         "host_load": {k: v for k, v in (host_load or {}).items() if k != "raw"} or None,
         "runs": raw["runs"],

@@ -29,8 +29,10 @@ from pair import ReadyLine, ReadyPort, run_pair
 #   no shared memory (sm, posix, cma), which two processes on one host would
 #   otherwise use and bypass the device: RDMA against RDMA;
 # - UCX_UD_VERBS_ETH_DGID_CHECK=n: without it UCX drops its own UD wireup
-#   packets on rxe as addressed to another GID, and the connection never
-#   forms.
+#   packets on rxe as addressed to another GID, and both sides abort after
+#   30 s ("UD endpoint ... unhandled timeout error"); UCX_TLS=rc_verbs
+#   alone does not wire up at all;
+# - UCX_WARN_UNUSED_ENV_VARS=n: no warning line in the output we parse.
 def ucx_env(device):
     return {"UCX_NET_DEVICES": f"{device}:1", "UCX_TLS": "rc_v,ud_v", "UCX_UD_VERBS_ETH_DGID_CHECK": "n",
             "UCX_WARN_UNUSED_ENV_VARS": "n"}
@@ -150,4 +152,22 @@ def parse_ucx(text, latency):
     raise RuntimeError("no 'Final:' line in ucx_perftest's output:\n" + "\n".join(text.splitlines()[-20:]))
 
 
-RUNNERS = {"cordma": run_cordma, "perftest": run_perftest, "ucx": run_ucx}
+def usable(figures, program):
+    """The figures, if every one is a positive number; else an error worth
+    a retry (perftest's ib_send_bw has been seen reporting 0.00 MB/s)."""
+    bad = {k: v for k, v in figures.items()
+           if k.endswith(("_us", "_per_s")) and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)}
+    if bad:
+        raise RuntimeError(f"{program} reported figures that cannot be right: {bad}")
+    return figures
+
+
+def checked(runner, program):
+    def run(dev, args, port, timeout):
+        cmds, figures = runner(dev, args, port, timeout)
+        return cmds, usable(figures, program)
+    return run
+
+
+RUNNERS = {"cordma": checked(run_cordma, "cordma-perf"), "perftest": checked(run_perftest, "perftest"),
+           "ucx": checked(run_ucx, "ucx_perftest")}
