@@ -7,7 +7,7 @@
 //     client:  cordma-perf [options] HOST     connects (builder::connect) to HOST[:PORT]
 //     one process: cordma-perf --loopback [options]
 //                                             two connections joined by connect_loopback
-//                                             on one event listener (bench/compare's mode)
+//                                             on one event listener (the older mode)
 //
 // Across processes each side has its own builder and so its own event
 // listener thread; everything of a side runs inside one sync_wait on that
@@ -49,6 +49,14 @@
 // In --loopback mode `write` latency is instead one write from post to its
 // completion, halved (both ends share one thread, so neither can spin).
 //
+// Idle (--idle SECONDS, across processes only): the control connection
+// and -q data connections are opened and their buffers exchanged, then
+// both sides do nothing for SECONDS (the client waits on an io_uring
+// timeout, the server on the receive of the client's next request), each
+// listener left to its --polling mode. Each side reports its process CPU
+// time over its window as % of one core, and how often its listener went
+// to sleep; the client prints both sides' figures.
+//
 // Bandwidth (--test bw, like ib_*_bw): -t operations in flight on the
 // client (coroutines, each looping on co_await), spread over -q QPs; the
 // server is passive but for send and write_imm, where it keeps -r receives
@@ -82,7 +90,7 @@
 // perftest's test is its program (ib_write_lat, ib_send_bw, ...); here it is
 // --op (write, read, send, write_imm, fetch_add) and --test (lat, bw), and
 // there are options of cordma's own: --polling, --qp-depth, --warmup,
-// --bind, --exchange, --full, --json, --quiet, --loopback.
+// --bind, --exchange, --full, --idle, --json, --quiet, --loopback.
 
 #include <time.h>
 
@@ -178,6 +186,7 @@ struct config {
     std::optional<std::uint8_t> qp_timeout;
     endpoint_exchange exchange = endpoint_exchange::rdma_cm;
     bool full_round_trip = false;
+    std::uint64_t idle_seconds = 0;  // --idle: connections open, no traffic, CPU time measured (0: off)
     bool json = false;
     bool quiet = false;
     bool measurement_given = false;  // any of the options the client's plan carries
@@ -217,6 +226,10 @@ What to measure:
                            them (default 1)
       --full               latency: report full round trips for every op
                            (default: as perftest does, see below)
+      --idle SECONDS       no operations: with -q connections open, both
+                           sides idle for SECONDS; each reports its process
+                           CPU time over the window as % of one core (what
+                           the polling mode costs when nothing happens)
 Where and how:
   -p, --port PORT          rdma_cm port to listen on / connect to (18515)
       --bind ADDR          server: the address to listen on (default 0.0.0.0;
@@ -239,7 +252,7 @@ Where and how:
       --exchange HOW       rdma_cm (default) or tcp: how the QPs are joined
   -R, --rdma_cm            accepted: rdma_cm is the default exchange
   -F, --CPU-freq           accepted, no effect (the tick rate is calibrated)
-      --loopback           both ends in this process (bench/compare)
+      --loopback           both ends in this process (one listener thread)
       --json               print one JSON document instead of tables
       --quiet              no progress lines on stderr during sweeps
   -V, --version            the version
@@ -415,6 +428,9 @@ std::optional<config> parse_arguments(int argc, const char* const* argv) {
             flag();
             measured();
             cfg.full_round_trip = true;
+        } else if (name == "--idle") {
+            measured();
+            cfg.idle_seconds = parse_number(name, value(), 1, 86400);
         } else if (name == "--qp-depth") {
             cfg.qp_depth = static_cast<unsigned>(parse_number(name, value(), 1, 1 << 20));
         } else if (name == "-r" || name == "--rx-depth") {
@@ -482,6 +498,8 @@ std::optional<config> parse_arguments(int argc, const char* const* argv) {
     if (loopback && !cfg.host.empty())
         throw usage_error("--loopback runs both ends here: it takes no HOST");
     cfg.mode = loopback ? "loopback" : cfg.host.empty() ? "server" : "client";
+    if (cfg.idle_seconds != 0 && loopback)
+        throw usage_error("--idle measures a server and a client each idle in its own process: drop --loopback");
     if (cfg.sweep && size_given)
         throw usage_error("--all and --size both choose sizes: give one of them");
     if (cfg.op == op_type::fetch_add) {
@@ -536,6 +554,51 @@ double process_cpu_seconds() {
 std::uint64_t nanoseconds_between(clock_type::time_point a, clock_type::time_point b) {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
 }
+
+// Idle (--idle): connections open, no traffic, each side's CPU time over
+// a window of so many seconds. What a polling mode costs while nothing
+// happens: event should cost nothing, adaptive spin only after activity.
+
+/// Where a side's idle window starts.
+struct idle_mark {
+    clock_type::time_point wall{};
+    double cpu = 0;
+    std::uint64_t sleeps = 0;
+};
+
+/// One side's figures over its idle window.
+struct idle_figures {
+    std::string side;
+    std::string polling;
+    double seconds = 0;
+    double cpu_seconds = 0;
+    std::uint64_t sleeps = 0;
+    double core_percent() const { return seconds > 0 ? cpu_seconds / seconds * 100.0 : 0.0; }
+};
+
+idle_mark start_idle(const event_listener& el) { return {clock_type::now(), process_cpu_seconds(), el.sleeps()}; }
+
+idle_figures end_idle(const idle_mark& m, const event_listener& el, std::string side) {
+    idle_figures f;
+    f.side = std::move(side);
+    f.polling = cordma::to_string(el.options().mode);
+    f.cpu_seconds = process_cpu_seconds() - m.cpu;
+    f.seconds = static_cast<double>(nanoseconds_between(m.wall, clock_type::now())) * 1e-9;
+    f.sleeps = el.sleeps() - m.sleeps;
+    return f;
+}
+
+/// `co_await pause(el, d)`: resumes on the listener thread once `d` has
+/// passed (event_listener::call_after, an io_uring timeout), leaving the
+/// listener to its polling mode meanwhile. Listener thread only.
+struct pause {
+    event_listener* el;
+    std::chrono::nanoseconds delay;
+    std::shared_ptr<event_listener::timer> timer;
+    bool await_ready() const noexcept { return delay.count() <= 0; }
+    void await_suspend(std::coroutine_handle<> h) { timer = el->call_after(delay, [h] { h.resume(); }); }
+    void await_resume() const noexcept {}
+};
 
 /// The timestamp each latency sample is taken with. On x86-64 the time-stamp
 /// counter, as perftest uses: a clock_gettime costs ~20 ns natively but over
@@ -901,6 +964,8 @@ void print_json(const config& cfg, const std::string& device, const std::vector<
 }
 
 const char* perftest_title(const config& cfg) {
+    if (cfg.idle_seconds != 0)
+        return "Idle Test (connections open, no traffic)";
     switch (cfg.op) {
     case op_type::write: return cfg.test == test_type::latency ? "RDMA_Write Latency Test" : "RDMA_Write BW Test";
     case op_type::read: return cfg.test == test_type::latency ? "RDMA_Read Latency Test" : "RDMA_Read BW Test";
@@ -923,17 +988,28 @@ void print_header(const config& cfg, const std::string& device, const std::strin
     std::printf("                    %s (cordma-perf %s)\n", perftest_title(cfg), CORDMA_VERSION);
     std::printf(" Mode            : %-14s Device         : %s\n", cfg.mode.c_str(), device.c_str());
     std::printf(" Number of qps   : %-14u Transport type : IB (RC, cordma connection)\n", cfg.qps);
-    std::printf(" TX depth        : %-14u QP depth       : %u\n", cfg.depth, cfg.qp_depth);
+    if (cfg.idle_seconds == 0)
+        std::printf(" TX depth        : %-14u QP depth       : %u\n", cfg.depth, cfg.qp_depth);
     std::printf(" Polling         : %-14s Exchange       : %s\n", cordma::to_string(cfg.polling),
                 cfg.exchange == endpoint_exchange::tcp ? "TCP" : "rdma_cm");
-    std::printf(" Iterations      : %-14" PRIu64 " Warm-up        : %" PRIu64 "\n", cfg.iterations, *cfg.warmup);
+    if (cfg.idle_seconds == 0)
+        std::printf(" Iterations      : %-14" PRIu64 " Warm-up        : %" PRIu64 "\n", cfg.iterations, *cfg.warmup);
     if (!peer.empty())
         std::printf(" Peer            : %s\n", peer.c_str());
-    if (cfg.test == test_type::latency)
+    if (cfg.idle_seconds != 0)
+        std::printf(" Idle            : %" PRIu64 " s, no operations; CPU = process CPU time, every thread, "
+                    "as %% of one core\n", cfg.idle_seconds);
+    else if (cfg.test == test_type::latency)
         std::printf(" Latency         : %s round trip: %s\n", latency_basis(cfg), latency_derivation(cfg).c_str());
     else
         std::printf(" MB = 2^20 bytes (as perftest); CPU = process CPU time, every thread, per operation\n");
     std::printf("%s", rule);
+    if (cfg.idle_seconds != 0) {
+        std::printf(" %8s %10s %10s %12s %10s %16s\n", "side", "polling", "seconds", "CPU[s]", "CPU[%]",
+                    "listener sleeps");
+        std::fflush(stdout);
+        return;
+    }
     if (cfg.mode == "server") {
         std::fflush(stdout);
         return;  // the client reports
@@ -958,6 +1034,30 @@ void print_row(const config& cfg, const size_result& r) {
                     r.mmsg_per_s, r.cpu_us_per_op, r.cpu_utilization * 100);
     }
     std::fflush(stdout);
+}
+
+void print_idle_row(const idle_figures& f) {
+    std::printf(" %8s %10s %10.3f %12.6f %10.3f %16" PRIu64 "\n", f.side.c_str(), f.polling.c_str(), f.seconds,
+                f.cpu_seconds, f.core_percent(), f.sleeps);
+    std::fflush(stdout);
+}
+
+void print_idle_json(const config& cfg, const std::string& device, const std::vector<idle_figures>& sides) {
+    std::printf("{\n  \"tool\": \"cordma-perf\",\n  \"version\": \"%s\",\n", CORDMA_VERSION);
+    std::printf("  \"mode\": \"%s\",\n  \"device\": \"%s\",\n", json_escape(cfg.mode).c_str(),
+                json_escape(device).c_str());
+    std::printf("  \"test\": \"idle\",\n  \"polling\": \"%s\",\n  \"qps\": %u,\n  \"idle_seconds\": %" PRIu64
+                ",\n", cordma::to_string(cfg.polling), cfg.qps, cfg.idle_seconds);
+    std::printf("  \"cpu\": \"CLOCK_PROCESS_CPUTIME_ID, every thread; core_percent = cpu_seconds / seconds * 100\",\n");
+    std::printf("  \"results\": [");
+    for (std::size_t i = 0; i < sides.size(); ++i) {
+        const idle_figures& f = sides[i];
+        std::printf("%s\n    {\"side\": \"%s\", \"polling\": \"%s\", \"seconds\": %.6f, \"cpu_seconds\": %.6f, "
+                    "\"core_percent\": %.4f, \"listener_sleeps\": %" PRIu64 "}",
+                    i ? "," : "", f.side.c_str(), json_escape(f.polling).c_str(), f.seconds, f.cpu_seconds,
+                    f.core_percent(), f.sleeps);
+    }
+    std::printf("\n  ]\n}\n");
 }
 
 std::string human_size(std::size_t bytes) {
@@ -1320,6 +1420,8 @@ std::string plan_text(const config& cfg) {
                        std::to_string(cfg.depth) + " -q " + std::to_string(cfg.qps);
     if (cfg.full_round_trip)
         text += " --full";
+    if (cfg.idle_seconds != 0)
+        text += " --idle " + std::to_string(cfg.idle_seconds);
     return text;
 }
 
@@ -1348,6 +1450,7 @@ config adopt_plan(const config& mine, std::string_view plan) {
     cfg.depth = theirs->depth;
     cfg.qps = theirs->qps;
     cfg.full_round_trip = theirs->full_round_trip;
+    cfg.idle_seconds = theirs->idle_seconds;
     return cfg;
 }
 
@@ -1380,6 +1483,7 @@ struct server_state {
     task_group next;   // the receive of the next request
     task_group phase;  // the current phase's coroutines
     std::uint64_t phases = 0;
+    idle_mark idle;    // --idle: where this side's window started
 };
 
 /// One phase, the server's part: its receives and answering coroutines go
@@ -1442,6 +1546,24 @@ task<void> serve_requests(server_state* s) {
             if (request.starts_with("plan ") && !planned) {
                 planned = true;
                 co_await serve_plan(s, request.substr(5));
+                continue;
+            }
+            // --idle: the window runs from the "go" to the client's request
+            // for this side's figures; meanwhile only the next request's
+            // receive is posted, and the listener is left to its mode.
+            if (planned && s->cfg.idle_seconds != 0 && request == "idle") {
+                s->idle = start_idle(*s->el);
+                co_await send_text(&s->ctl.conn, s->ctl.out.all(), "go");
+                continue;
+            }
+            if (planned && s->cfg.idle_seconds != 0 && request == "idle figures") {
+                idle_figures f = end_idle(s->idle, *s->el, "server");
+                char text[160];
+                std::snprintf(text, sizeof text, "idle %.6f %.6f %" PRIu64 " %s", f.seconds, f.cpu_seconds, f.sleeps,
+                              f.polling.c_str());
+                if (!s->cfg.json)
+                    print_idle_row(f);
+                co_await send_text(&s->ctl.conn, s->ctl.out.all(), text);
                 continue;
             }
             unsigned long long size = 0, count = 0;
@@ -1563,7 +1685,39 @@ task<phase_result> client_phase(client_state* s, std::size_t size, std::uint64_t
     co_return result;
 }
 
-task<std::vector<size_result>> run_client(builder b, config cfg) {
+/// --idle, the client's part: both sides mark the start of their window,
+/// nothing moves for cfg.idle_seconds, then the server's figures come back.
+task<std::vector<idle_figures>> client_idle(client_state* s) {
+    std::string go = co_await ask(&s->ctl, "idle");
+    if (go != "go")
+        throw std::runtime_error("the server answered '" + go + "' to an idle window");
+    idle_mark mark = start_idle(*s->el);
+    co_await pause{s->el.get(), std::chrono::seconds(s->cfg.idle_seconds), nullptr};
+    std::vector<idle_figures> sides{end_idle(mark, *s->el, "client")};
+    if (!s->cfg.json)
+        print_idle_row(sides.back());
+    std::string answer = co_await ask(&s->ctl, "idle figures");
+    idle_figures theirs;
+    theirs.side = "server";
+    unsigned long long sleeps = 0;
+    char polling[32] = {};
+    if (std::sscanf(answer.c_str(), "idle %lf %lf %llu %31s", &theirs.seconds, &theirs.cpu_seconds, &sleeps,
+                    polling) != 4)
+        throw std::runtime_error("the server answered '" + answer + "' for its idle figures");
+    theirs.sleeps = sleeps;
+    theirs.polling = polling;
+    if (!s->cfg.json)
+        print_idle_row(theirs);
+    sides.push_back(theirs);
+    co_return sides;
+}
+
+struct client_results {
+    std::vector<size_result> sizes;
+    std::vector<idle_figures> idle;  // --idle: the client's and the server's
+};
+
+task<client_results> run_client(builder b, config cfg) {
     client_state s;
     s.b = b;
     s.cfg = cfg;
@@ -1589,12 +1743,14 @@ task<std::vector<size_result>> run_client(builder b, config cfg) {
         co_await exchange_buffers(s.links.back().get());
     }
 
-    std::vector<size_result> results;
+    client_results results;
     std::vector<std::uint64_t> samples;
     const bool progress = !cfg.quiet && cfg.sizes.size() > 1;
     if (!cfg.json)
         print_header(cfg, s.el->device()->name(), s.ctl.conn.peer());
-    for (std::size_t i = 0; i < cfg.sizes.size(); ++i) {
+    if (cfg.idle_seconds != 0)
+        results.idle = co_await client_idle(&s);
+    for (std::size_t i = 0; cfg.idle_seconds == 0 && i < cfg.sizes.size(); ++i) {
         std::size_t size = cfg.sizes[i];
         if (progress)
             std::fprintf(stderr, "cordma-perf: [%zu/%zu] %s %s, %s ...\n", i + 1, cfg.sizes.size(), to_string(cfg.op),
@@ -1609,7 +1765,7 @@ task<std::vector<size_result>> run_client(builder b, config cfg) {
         size_result r = make_result(cfg, size, p, samples);
         if (!cfg.json)
             print_row(cfg, r);
-        results.push_back(r);
+        results.sizes.push_back(r);
     }
     std::string bye = co_await ask(&s.ctl, "done");
     (void)bye;
@@ -1686,9 +1842,11 @@ int main(int argc, char** argv) {
         }
         if (cfg.mode == "client") {
             builder b = make_builder(cfg);
-            auto results = sync_wait(run_client(b, cfg));
-            if (cfg.json)
-                print_json(cfg, b.event_listener()->device()->name(), results);
+            client_results results = sync_wait(run_client(b, cfg));
+            if (cfg.json && cfg.idle_seconds != 0)
+                print_idle_json(cfg, b.event_listener()->device()->name(), results.idle);
+            else if (cfg.json)
+                print_json(cfg, b.event_listener()->device()->name(), results.sizes);
             return 0;
         }
         auto device = device_context::open(cfg.device);

@@ -1,5 +1,5 @@
 """How the benchmark reports write sizes and figures: shared by
-bench/lib/compare.py, bench/collectives/report.py and bench/stream/report.py,
+bench/lib/compare_report.py, bench/collectives/report.py and bench/stream/report.py,
 so their tables read alike."""
 
 
