@@ -228,6 +228,16 @@ void connection_state::post(operation_base* op, work_slot* slot) {
     op->slot = slot;
 }
 
+namespace {
+
+// The slot whose request follows `s`'s in a chain (wr.next), or nullptr.
+work_slot* chained_after(const work_slot* s) noexcept {
+    return s->wr.next != nullptr ? static_cast<work_slot*>(completion_target::from_wr_id(s->wr.next->wr_id))
+                                 : nullptr;
+}
+
+}  // namespace
+
 void connection_state::on_ring(doorbell* bell) noexcept { static_cast<chain_bell*>(bell)->self->ring(); }
 
 void connection_state::ring() noexcept {
@@ -252,8 +262,7 @@ void connection_state::ring() noexcept {
     int rc = ibv_post_send(qp_->native_handle(), &head->wr, &bad);
     work_slot* s = head;
     while (s != nullptr && !(rc != 0 && &s->wr == bad)) {
-        work_slot* next = s->wr.next != nullptr ? static_cast<work_slot*>(completion_target::from_wr_id(s->wr.next->wr_id))
-                                                : nullptr;
+        work_slot* next = chained_after(s);
         append_sent(s);
         s = next;
     }
@@ -279,8 +288,7 @@ void connection_state::fail_unposted(work_slot* first, std::exception_ptr error)
     // Keep ourselves alive through the resumptions below.
     std::shared_ptr<connection_state> keep = self_while_busy_;
     for (work_slot* s = first; s != nullptr;) {
-        work_slot* next = s->wr.next != nullptr ? static_cast<work_slot*>(completion_target::from_wr_id(s->wr.next->wr_id))
-                                                : nullptr;
+        work_slot* next = chained_after(s);
         s->wr.next = nullptr;
         operation_base* op = s->op;
         for (std::size_t i = 0; i < s->buffer_count; ++i)
@@ -293,15 +301,8 @@ void connection_state::fail_unposted(work_slot* first, std::exception_ptr error)
             self_while_busy_.reset();
         if (op != nullptr) {
             op->slot = nullptr;
-            std::exception_ptr e = error;
-            if (!e) {
-                try {
-                    throw disconnected_error(to_string(op->kind), peer_, broken_reason_);
-                } catch (...) {
-                    e = std::current_exception();
-                }
-            }
-            fail(op, std::move(e));
+            fail(op, error ? error
+                           : std::make_exception_ptr(disconnected_error(to_string(op->kind), peer_, broken_reason_)));
         }
         promote_waiters(false);
         if (op != nullptr)
@@ -331,24 +332,25 @@ void connection_state::complete_send(work_slot* slot, const ibv_wc& wc) noexcept
     // always completes with its own error, and so does every request the
     // failure flushed.
     while (sent_head_ != nullptr && sent_head_ != slot) {
-        work_slot* earlier = sent_head_;
-        sent_head_ = earlier->next_in_line;
-        if (sent_head_ == nullptr)
-            sent_tail_ = nullptr;
-        earlier->next_in_line = nullptr;
+        work_slot* earlier = pop_sent();
         ibv_wc retired{};
         retired.wr_id = earlier->as_wr_id();
         retired.status = IBV_WC_SUCCESS;
         retired.qp_num = wc.qp_num;
         complete(earlier, retired);
     }
-    if (sent_head_ == slot) {
-        sent_head_ = slot->next_in_line;
-        if (sent_head_ == nullptr)
-            sent_tail_ = nullptr;
-        slot->next_in_line = nullptr;
-    }
+    if (sent_head_ == slot)
+        pop_sent();
     complete(slot, wc);
+}
+
+work_slot* connection_state::pop_sent() noexcept {
+    work_slot* head = sent_head_;
+    sent_head_ = head->next_in_line;
+    if (sent_head_ == nullptr)
+        sent_tail_ = nullptr;
+    head->next_in_line = nullptr;
+    return head;
 }
 
 void connection_state::take_buffers(work_slot* slot, operation_base* op) noexcept {

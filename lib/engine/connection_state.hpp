@@ -144,6 +144,7 @@ private:
     void count_posted() noexcept;
     void append_posted(work_slot* slot) noexcept;
     void append_sent(work_slot* slot) noexcept;
+    work_slot* pop_sent() noexcept;
     void remove_posted(work_slot* slot) noexcept;
     void adopt_orphan(operation_base* op) noexcept;
     void orphan(work_slot* slot) noexcept;
