@@ -182,6 +182,51 @@ TEST_CASE("1,000 concurrent coroutines share a send queue of 64", "[operations]"
     CHECK(same_bytes(target.all(), source.all()));
 }
 
+TEST_CASE("a timer fires on time while completions never stop coming", "[operations][polling]") {
+    // 128 coroutines each writing and reading back without pause keep the
+    // CQ busy for as long as they run, every completion posting the next
+    // request. The event listener must still look at io_uring (timers,
+    // posted functions, rdma_cm events) between drains: here the only way
+    // the writers stop is a 200 ms timer. (Before drains were bounded, it
+    // fired only once the load had ended on its own.)
+    for (polling_mode mode : {polling_mode::event, polling_mode::adaptive}) {
+        DYNAMIC_SECTION("mode " << static_cast<int>(mode)) {
+            fixture f(mode);
+            constexpr std::size_t workers = 128, size = 64;
+            constexpr std::uint64_t cap = 400'000;  // ends a starved run anyway, for the message below
+            local_mr source = f.filled(workers * size, 9);
+            local_mr back = f.pool->allocate(workers * size);
+            local_mr target = f.pool->allocate(workers * size);
+            std::atomic<bool> stop{false};
+            std::atomic<std::uint64_t> done{0};
+            auto began = std::chrono::steady_clock::now();
+            std::chrono::steady_clock::time_point fired{};
+            auto timer = f.listener->call_after(std::chrono::milliseconds(200), [&] {
+                fired = std::chrono::steady_clock::now();
+                stop = true;
+            });
+            std::vector<task<void>> loops;
+            for (std::size_t i = 0; i < workers; ++i)
+                loops.push_back([](connection c, local_slice from, local_slice into, remote_slice to,
+                                   std::atomic<bool>* stop, std::atomic<std::uint64_t>* done) -> task<void> {
+                    while (!*stop && *done < cap) {
+                        co_await c.write(from, to);
+                        co_await c.read(into, to);
+                        ++*done;
+                    }
+                }(f.client, source.slice(i * size, size), back.slice(i * size, size),
+                  target.remote().slice(i * size, size), &stop, &done));
+            sync_wait(when_all(std::move(loops)));
+            REQUIRE(stop);
+            double late_ms = std::chrono::duration<double, std::milli>(fired - began).count() - 200;
+            INFO(done << " write+read pairs; the 200 ms timer fired " << late_ms << " ms late");
+            CHECK(done < cap);
+            CHECK(late_ms < 2000);
+            CHECK(same_bytes(back.all(), source.all()));
+        }
+    }
+}
+
 TEST_CASE("recv may be posted before or after the matching send", "[operations]") {
     fixture f;
     local_mr out = f.filled(512, 6);

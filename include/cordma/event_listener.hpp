@@ -142,6 +142,7 @@ private:
     void run_loop();
     bool drain(completion_queue& cq);
     bool drain_all();
+    void drain_backlog();
     void arm_all();
     void on_channel_ready();
     void on_wakeup();
@@ -169,6 +170,10 @@ private:
     std::vector<completion_queue*> cqs_;
     std::vector<ibv_wc> wcs_;
     bool draining_ = false;
+    // Event mode: a CQ still had completions when a wakeup's drain budget
+    // ran out; run_loop drains on after a look at io_uring, not a sleep.
+    bool backlog_ = false;
+    std::size_t backlog_next_ = 0;
     detail::doorbell* doorbells_ = nullptr;
 
     std::mutex posted_mutex_;

@@ -20,6 +20,12 @@
 
 namespace cordma {
 
+namespace {
+/// Drain passes (each up to a batch of completions) per wakeup before
+/// io_uring gets a look.
+constexpr unsigned drain_budget = 16;
+}  // namespace
+
 const char* to_string(polling_mode mode) noexcept {
     switch (mode) {
     case polling_mode::event: return "event";
@@ -257,15 +263,54 @@ void event_listener::on_wakeup() {
 // The race-free order: take every pending event, ack them, re-arm, and only
 // then drain. A completion that lands after the drain has started fires the
 // freshly armed channel again, so none is ever left waiting.
+//
+// Bounded: under load every completion resumes a coroutine that posts again,
+// and a CQ can stay full for as long as the load lasts. Draining it until it
+// is empty would starve everything else that comes through io_uring: timers
+// (every deadline and timeout), posted functions and rdma_cm events (a
+// disconnect). After drain_budget drain passes the rest waits for
+// run_loop, which looks at io_uring without sleeping and drains on.
 void event_listener::on_channel_ready() {
-    while (completion_queue* cq = channel_->try_get_event()) {
+    // Every drain costs one unit, full batch or not: under load each pass
+    // makes new completions, and so new channel events, as it goes.
+    unsigned budget = drain_budget;
+    while (!backlog_) {
+        completion_queue* cq = channel_->try_get_event();
+        if (cq == nullptr)
+            break;
         cq->ack_events(1);
         if (options_.mode == polling_mode::event)
             cq->request_notify();
-        while (drain(*cq)) {
+        bool full = true;
+        while (full && budget > 0) {
+            full = drain(*cq);
+            --budget;
         }
+        // Out of budget: what is left in the CQs (and events left on the
+        // channel, which fire its poll again) waits for run_loop.
+        if (budget == 0)
+            backlog_ = true;
     }
     submit_poll(channel_->fd(), &channel_watch_);
+}
+
+void event_listener::drain_backlog() {
+    backlog_ = false;
+    unsigned budget = drain_budget;
+    // Round robin, so that one busy CQ does not keep the others waiting.
+    for (std::size_t k = 0; k < cqs_.size(); ++k) {
+        std::size_t i = (backlog_next_ + k) % cqs_.size();
+        bool full = true;
+        while (full && budget > 0) {
+            full = drain(*cqs_[i]);
+            --budget;
+        }
+        if (budget == 0) {
+            backlog_ = true;
+            backlog_next_ = i + 1;
+            return;
+        }
+    }
 }
 
 bool event_listener::drain(completion_queue& cq) {
@@ -373,6 +418,12 @@ void event_listener::run_loop() {
     bool idle_since_activity = false;
     while (!stopping_.load(std::memory_order_acquire)) {
         if (options_.mode == polling_mode::event) {
+            if (backlog_) {
+                io_uring_submit(ring_.get());
+                reap_uring();
+                drain_backlog();
+                continue;
+            }
             sleeps_.fetch_add(1, std::memory_order_relaxed);
             io_uring_submit_and_wait(ring_.get(), 1);
             reap_uring();
