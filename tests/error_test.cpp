@@ -44,3 +44,23 @@ TEST_CASE("each C error convention becomes a verbs_error naming the call", "[err
         CHECK(built == 0);
     }
 }
+
+TEST_CASE("work completion errors say what their status means, and a flushed one why", "[error]") {
+    cordma::work_completion_error retry(IBV_WC_RETRY_EXC_ERR, "write", 0, "10.78.0.1:7620");
+    std::string what = retry.what();
+    CHECK(what.find("write to 10.78.0.1:7620: transport retry counter exceeded") == 0);
+    CHECK(what.find("the peer stopped acknowledging") != std::string::npos);
+    CHECK(what.find("builder::retry_count") != std::string::npos);
+    CHECK(retry.code() == make_error_code(IBV_WC_RETRY_EXC_ERR));
+
+    cordma::work_completion_error flushed(IBV_WC_WR_FLUSH_ERR, "read", 0, "10.78.0.1:7620",
+                                          "an earlier write failed with transport retry counter exceeded");
+    what = flushed.what();
+    CHECK(what.find("read to 10.78.0.1:7620: Work Request Flushed Error") == 0);
+    CHECK(what.find(": flushed: an earlier write failed") != std::string::npos);
+    CHECK(flushed.status() == IBV_WC_WR_FLUSH_ERR);
+
+    // A status with no single cause gets no explanation made up for it.
+    cordma::work_completion_error general(IBV_WC_GENERAL_ERR, "send", 7, "peer");
+    CHECK(std::string(general.what()) == "send to peer: general error (status " + std::to_string(int(IBV_WC_GENERAL_ERR)) + ", vendor_err 0x7)");
+}

@@ -82,8 +82,13 @@ struct CORDMA_API connection_settings {
     ibv_mtu path_mtu = IBV_MTU_4096;
     /// Local ACK timeout code: 4.096 us * 2^timeout (14: about 67 ms).
     std::uint8_t timeout = 14;
-    /// Retransmissions before a work request fails with a retry error.
-    std::uint8_t retry_count = 7;
+    /// Retransmissions before a work request fails with a retry error
+    /// (IBV_WC_RETRY_EXC_ERR, "the peer stopped acknowledging"). A peer
+    /// that stops answering (its link down, its host off) is found after
+    /// about (retry_count + 1) * 4.096 us * 2^timeout: 7 * 67 ms = 470 ms
+    /// with the defaults (the IB spec lets a device's timer run up to 4x
+    /// long). Not 7 by default: rxe, and some devices, retry forever at 7.
+    std::uint8_t retry_count = 6;
     /// Receiver-not-ready retries of this side's sends. Never 7 ("forever")
     /// by default.
     std::uint8_t rnr_retry = 6;

@@ -35,13 +35,24 @@ inline std::error_code make_error_code(ibv_wc_status status) noexcept {
 }
 
 /// An operation's work completion came back with an error status. Carries the
-/// status, the operation, the vendor's error code and the peer, e.g.
+/// status, the operation, the vendor's error code and the peer, and says
+/// what the status means where it has one cause, e.g.
 ///
-///     write to 10.77.0.1 (qpn 17): remote access error (status 10, vendor_err 0x0)
+///     write to 10.78.0.1:7620: transport retry counter exceeded (status 12,
+///     vendor_err 0x0): the peer stopped acknowledging: its link or host is
+///     down, or its queue pair is gone (found after (retry_count + 1) *
+///     4.096 us * 2^timeout; see builder::retry_count)
+///
+/// An operation flushed because an earlier one broke the connection
+/// (IBV_WC_WR_FLUSH_ERR) says which failure that was, in `cause`:
+///
+///     read to 10.78.0.1:7620: Work Request Flushed Error (status 5,
+///     vendor_err 0x0): flushed: an earlier write failed with transport
+///     retry counter exceeded (status 12): the peer stopped acknowledging ...
 class CORDMA_API work_completion_error : public std::system_error {
 public:
     work_completion_error(ibv_wc_status status, const char* operation, std::uint32_t vendor_error,
-                          const std::string& peer);
+                          const std::string& peer, const std::string& cause = {});
 
     ibv_wc_status status() const noexcept { return static_cast<ibv_wc_status>(code().value()); }
     const char* operation() const noexcept { return operation_; }

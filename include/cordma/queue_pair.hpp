@@ -40,7 +40,8 @@ struct CORDMA_API qp_connect_options {
     ibv_mtu mtu = IBV_MTU_4096;
     /// Local ACK timeout: 4.096 us * 2^timeout (14: about 67 ms).
     std::uint8_t timeout = 14;
-    std::uint8_t retry_count = 7;
+    /// Transport retries; 7 means "forever" on rxe, so never the default.
+    std::uint8_t retry_count = 6;
     /// Receiver-not-ready retries; 7 would mean "forever", so never the default.
     std::uint8_t rnr_retry = 6;
     /// Minimum RNR NAK timer code (12: 0.64 ms).

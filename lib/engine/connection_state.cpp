@@ -13,6 +13,7 @@
 
 #include "engine/receive_queue_state.hpp"
 #include "engine/shared_receive_state.hpp"
+#include "verbs/check.hpp"
 
 
 namespace cordma::detail {
@@ -449,6 +450,10 @@ void connection_state::complete(work_slot* slot, const ibv_wc& wc) noexcept {
                 op->old_value = *slot->atomic_result;
             if (slot->adopted)
                 hand_over(*slot, wc.byte_len, op, peer_);
+        } else if (wc.status == IBV_WC_WR_FLUSH_ERR) {
+            // Say why it was flushed: the failure that broke the connection
+            // (the peer stopped answering, say), not only "flushed".
+            op->error = flushed_error(op, wc);
         }
     }
     for (std::size_t i = 0; i < slot->buffer_count; ++i)
@@ -482,8 +487,20 @@ void connection_state::complete_queue_slot(work_slot* slot, const ibv_wc& wc) no
 }
 
 void connection_state::note_failure(const char* what, const ibv_wc& wc) noexcept {
+    const char* meaning = work_completion_meaning(wc.status);
     mark_broken(std::string("an earlier ") + what + " failed with " + ibv_wc_status_str(wc.status) + " (status " +
-                std::to_string(static_cast<int>(wc.status)) + ")");
+                std::to_string(static_cast<int>(wc.status)) + ")" + (meaning ? std::string(": ") + meaning : ""));
+}
+
+std::exception_ptr connection_state::flushed_error(const operation_base* op, const ibv_wc& wc) noexcept {
+    try {
+        return std::make_exception_ptr(work_completion_error(
+            wc.status, to_string(op->kind), wc.vendor_err, peer_,
+            broken_ ? broken_reason_
+                    : "the queue pair entered the error state (a request on it failed, or the connection closed)"));
+    } catch (...) {
+        return std::current_exception();
+    }
 }
 
 void connection_state::append_posted(work_slot* slot) noexcept {

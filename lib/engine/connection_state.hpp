@@ -150,6 +150,9 @@ private:
     void orphan(work_slot* slot) noexcept;
     void take_kept(operation_base* op) noexcept;
     void note_failure(const char* what, const ibv_wc& wc) noexcept;
+    /// The error of an operation flushed by the QP's error state, naming
+    /// the failure that broke the connection.
+    std::exception_ptr flushed_error(const operation_base* op, const ibv_wc& wc) noexcept;
     void enqueue(operation_base* op) noexcept;
     void unlink(operation_base* op) noexcept;
     void promote_waiters(bool receive) noexcept;

@@ -411,8 +411,9 @@ task<void> client_state::liveness_loop() {
             break;
         // The read is answered by the server's device, not its process: it
         // fails only if the server's host (or the link) is gone. Waiting
-        // for the QP's retries is not enough: rxe retries forever at
-        // retry_count 7, the builder's default.
+        // for the QP's retries is not enough: the user's builder may set
+        // retry_count 7, which rxe retries forever, and a call that sends
+        // nothing while it waits has no retries running at all.
         std::string error;
         std::stop_source give_up;
         auto limit = listener_->call_after(liveness_timeout, [give_up]() mutable { give_up.request_stop(); });

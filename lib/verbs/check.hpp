@@ -13,6 +13,10 @@ namespace cordma::detail {
 /// string building off the callers' hot paths.
 [[noreturn]] void throw_verbs_error(int errno_value, const std::string& call);
 
+/// What a work-completion status means, where it has one cause worth
+/// telling (a retry error: the peer stopped answering), or null.
+const char* work_completion_meaning(ibv_wc_status status) noexcept;
+
 /// For calls that return 0 or an errno value (ibv_modify_qp, ibv_post_send,
 /// ibv_req_notify_cq). Some providers return -1 and set errno instead, or a
 /// negative errno; all three are understood.

@@ -8,6 +8,25 @@ namespace detail {
 
 void throw_verbs_error(int errno_value, const std::string& call) { throw verbs_error(errno_value, call); }
 
+const char* work_completion_meaning(ibv_wc_status status) noexcept {
+    switch (status) {
+    case IBV_WC_RETRY_EXC_ERR:
+        return "the peer stopped acknowledging: its link or host is down, or its queue pair is gone (found "
+               "after (retry_count + 1) * 4.096 us * 2^timeout; see builder::retry_count)";
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+        return "the peer had no receive posted through every retry (see builder::rnr_retry and "
+               "builder::min_rnr_timer)";
+    case IBV_WC_REM_ACCESS_ERR:
+        return "the peer's device refused the access: a key it did not issue or has revoked, an address "
+               "outside the region, or a right the region or the queue pair does not grant";
+    case IBV_WC_REM_INV_REQ_ERR:
+        return "the peer's device refused the request (too long for its receive, or an operation its queue "
+               "pair does not allow)";
+    default:
+        return nullptr;
+    }
+}
+
 }  // namespace detail
 
 namespace {
@@ -19,10 +38,15 @@ public:
 };
 
 std::string describe(ibv_wc_status status, const char* operation, std::uint32_t vendor_error,
-                     const std::string& peer) {
+                     const std::string& peer, const std::string& cause) {
     char tail[64];
     std::snprintf(tail, sizeof tail, " (status %d, vendor_err 0x%x)", static_cast<int>(status), vendor_error);
-    return std::string(operation) + " to " + peer + ": " + ibv_wc_status_str(status) + tail;
+    std::string text = std::string(operation) + " to " + peer + ": " + ibv_wc_status_str(status) + tail;
+    if (const char* meaning = detail::work_completion_meaning(status))
+        text += std::string(": ") + meaning;
+    if (!cause.empty())
+        text += (status == IBV_WC_WR_FLUSH_ERR ? ": flushed: " : ": ") + cause;
+    return text;
 }
 
 }  // namespace
@@ -35,8 +59,9 @@ const std::error_category& work_completion_category() noexcept {
 // std::system_error appends ": " + message(); the full sentence is built here
 // instead, so the status string is not printed twice.
 work_completion_error::work_completion_error(ibv_wc_status status, const char* operation,
-                                             std::uint32_t vendor_error, const std::string& peer)
-    : std::system_error(make_error_code(status)), message_(describe(status, operation, vendor_error, peer)),
+                                             std::uint32_t vendor_error, const std::string& peer,
+                                             const std::string& cause)
+    : std::system_error(make_error_code(status)), message_(describe(status, operation, vendor_error, peer, cause)),
       operation_(operation), vendor_error_(vendor_error), peer_(peer) {}
 
 }  // namespace cordma
