@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The faults suite: cordma between real hosts that fail. Each scenario boots
+# its own tools/rxe-vm VMs (one per host, their rxe devices joined by a real
+# link where tc netem, `ip link set eth0 down` and a power-off are possible)
+# and runs tests/support/fault_peer and the modules' own peers there.
+#
+# Usage: faults.sh SOURCE_ROOT BUILD_DIR SCENARIO
+#   loss      2 VMs, 5% of packets lost on each eth0, while every kind of
+#             operation and every module runs (tests/faults/mixed_guest.sh):
+#             every byte checked, nothing fails (RC retransmission recovers)
+#   reorder   the same under 1% loss, 20 ms delay and reordering
+#   linkdown  2 VMs; host 1's link goes down under 1,000 operations in
+#             flight from host 2: all fail within the retry time the QP's
+#             settings imply, saying the peer stopped acknowledging; after
+#             the link is back host 2 connects again and its resources are
+#             what they were with the old connection
+#   poweroff  3 VMs; host 2 powers off under 1,000 operations in flight
+#             from host 1, which fails them all within 5 s, frees them, and
+#             goes on serving host 3's traffic throughout
+#   soak      1 VM: 64 connections x 256 operations in flight for 30 s,
+#             every read checked, memory and fds flat from second 5 on
+#   resources 1 VM: tests/resources_test.cpp, every connection style and
+#             module gives back every RDMA resource and fd
+# Each VM's exit status is its host's; rxe-vm returns the first non-zero.
+set -euo pipefail
+src=$1 build=$2 scenario=$3
+cd "$build"
+vm() { "$src/tools/rxe-vm" "$@"; }
+fp="$build/tests/fault_peer"
+# The retry time of cordma's default QP settings (builder.hpp): timeout
+# code 14 (4.096 us * 2^14 = 67 ms), retry_count 6: 7 tries, 470 ms. The
+# limit allows the IB spec's 4x timer slack plus 1 s for the emulated CPU.
+retry_ms=$(( (6 + 1) * 4096 * (1 << 14) / 1000000 ))
+linkdown_limit=$(( 4 * retry_ms + 1000 ))
+mixed() {  # NETEM...
+  vm -n 2 -t 420 -- env SRC="$src" BUILD="$build" NETEM="$*" SECONDS_OF_TRAFFIC=20 \
+    STREAM_BYTES=$((16 << 20)) RPC_CALLS=2000 sh "$src/tests/faults/mixed_guest.sh"
+}
+case "$scenario" in
+  loss)    mixed loss 5% ;;
+  reorder) mixed loss 1% delay 20ms reorder 25% 50% ;;
+  linkdown)
+    echo "faults.sh: retry time of the default settings: (6 + 1) x 4.096 us x 2^14 = $retry_ms ms; limit $linkdown_limit ms"
+    vm -n 2 -t 420 -- sh -c "if [ \$RXE_VM_HOST = 1 ]; then
+        $fp serve 10.78.0.1:7620 --clients 2 --may-fail 1 --idle 15 --fault-after 300 \
+          --fault 'ip link set eth0 down; echo link down; sleep 4; ip link set eth0 up; echo link up'
+      else
+        $fp pressure 10.78.0.1:7620 --ops 1000 --fail-within $linkdown_limit --reconnect
+      fi" ;;
+  poweroff)
+    vm -n 3 -t 420 -- sh -c "case \$RXE_VM_HOST in
+      1) $fp serve 10.78.0.1:7620 --clients 4 --pressure-to 10.78.0.2:7620 --ops 1000 --fail-within 5000 ;;
+      2) $fp serve 10.78.0.2:7620 --clients 1 --fault-after 300 --fault 'echo 0 > \$RXE_VM_RC; sync; echo o > /proc/sysrq-trigger' ;;
+      3) $fp traffic 10.78.0.1:7620 --seconds 45 ;;
+      esac" ;;
+  soak)
+    vm -t 300 -- "$fp" soak 10.77.0.1:0 --connections 64 --depth 256 --seconds 30 ;;
+  resources)
+    vm -t 300 -- env CORDMA_TEST_PEER="$build/tests/peer" "$build/tests/resources_test" --durations yes ;;
+  *) echo "faults.sh: unknown scenario '$scenario'" >&2; exit 2 ;;
+esac
