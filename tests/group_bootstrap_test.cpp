@@ -307,6 +307,12 @@ TEST_CASE("rendezvous: frames round-trip; every bad field is named", "[rendezvou
     std::vector<bool> status{true, false, true, true, false, false, false, false, true};
     auto s = detail::encode_rendezvous_status(status);
     CHECK(detail::decode_rendezvous_status(std::span(s).subspan(12)) == status);
+    // Found by rendezvous_fuzz: the bits past world_size in the last byte
+    // were ignored, though the encoder always writes them as zero.
+    auto padded = std::vector<std::uint8_t>(s.begin() + 12, s.end());
+    padded.back() |= 0x20;  // rank 13 of 9
+    CHECK_THROWS_WITH(detail::decode_rendezvous_status(padded),
+                      Catch::Contains("'published'") && Catch::Contains("past world_size 9"));
     auto r = detail::encode_rendezvous_refused("no");
     CHECK(detail::decode_rendezvous_refused(std::span(r).subspan(12)) == "no");
     CHECK_THROWS_AS(detail::encode_rendezvous_publish({0, 1, ""}), std::invalid_argument);

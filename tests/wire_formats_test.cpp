@@ -1,7 +1,8 @@
 // The byte formats cordma puts on the wire besides the agent's (which has
 // its own test, agent_protocol): the TCP endpoint message and the rdma_cm
-// hello, reply and refusal (docs/wire-formats.md), and the rpc frame
-// header (lib/rpc/rpc_wire.hpp). No device needed.
+// hello, reply and refusal (docs/wire-formats.md), the rpc frame header
+// (lib/rpc/rpc_wire.hpp) and the link's (lib/link/link_wire.hpp). No
+// device needed.
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "connect/rdma_cm/cm_hello.hpp"
 #include "connect/tcp/endpoint_message.hpp"
+#include "link/link_wire.hpp"
 #include "rpc/rpc_wire.hpp"
 
 using namespace cordma;
@@ -145,6 +147,21 @@ TEST_CASE("the rdma_cm hello and reply are recognised, and anything else is not"
         reply.mtu = IBV_MTU_1024;
         CHECK_FALSE(detail::cm_refusal::from(carrying(&reply, sizeof reply)).has_value());
     }
+    // Found by cm_hello_fuzz: each `from` took any reserved bytes, which
+    // cordma always writes as zero (docs/wire-formats.md).
+    SECTION("none of the three has its reserved bytes set") {
+        detail::cm_hello bad = hello;
+        bad.reserved = 1;
+        CHECK_FALSE(detail::cm_hello::from(carrying(&bad, sizeof bad)).has_value());
+        detail::cm_reply reply;
+        reply.mtu = IBV_MTU_1024;
+        reply.reserved = 0x3a00;
+        CHECK_FALSE(detail::cm_reply::from(carrying(&reply, sizeof reply)).has_value());
+        detail::cm_refusal refusal;
+        refusal.reason = detail::cm_refusal::listener_with_agent;
+        refusal.reserved = 0x3a;  // the fuzzer's input: "NMDC" 1 1 0x3a 0
+        CHECK_FALSE(detail::cm_refusal::from(carrying(&refusal, sizeof refusal)).has_value());
+    }
 }
 
 TEST_CASE("an rpc frame header round-trips, and decode names what is wrong with a bad one", "[wire][rpc]") {
@@ -198,4 +215,42 @@ TEST_CASE("an rpc frame header round-trips, and decode names what is wrong with 
     rejected(frame_of(rts, 3), "header says 0 bytes of payload");
     rejected(frame_of(wire::header{wire::frame::request_rts, 0, 1, 1, 0, 4096, 7}, 0), "for 0 bytes");
     rejected(frame_of(wire::header{wire::frame::done, 0, 1, 0, 0, 4096, 7}, 0), "address or key");
+}
+
+TEST_CASE("a link frame header round-trips, and decode refuses one with its reserved bytes set", "[wire][link]") {
+    namespace wire = detail::link_wire;
+    std::string why;
+    auto frame_of = [](const wire::header& h, std::size_t payload) {
+        std::vector<std::byte> bytes(wire::header_size + payload, std::byte{0x5a});
+        wire::encode(h, std::span<std::byte, wire::header_size>(bytes.data(), wire::header_size));
+        return bytes;
+    };
+    wire::header data;
+    data.op = wire::collective::all_reduce;
+    data.step = 3;
+    data.seq = 7;
+    data.acked = 6;
+    data.extra = 3u << 8 | 1u;
+    data.size = 16;
+    auto bytes = frame_of(data, 16);
+    auto back = wire::decode(bytes, why);
+    REQUIRE(back);
+    CHECK(back->op == wire::collective::all_reduce);
+    CHECK(back->step == 3);
+    CHECK(back->extra == (3u << 8 | 1u));
+    CHECK(back->size == 16);
+
+    // Found by link_wire_fuzz: decode took any bytes at 6..7 and 44..47,
+    // which encode always writes as zero.
+    for (std::size_t at : {6, 7, 44, 47}) {
+        INFO("reserved byte " << at);
+        auto b = bytes;
+        b[at] = std::byte{0xf6};
+        why.clear();
+        CHECK_FALSE(wire::decode(b, why));
+        CHECK_THAT(why, Catch::Contains("a data frame with its reserved bytes set"));
+    }
+    why.clear();
+    CHECK_FALSE(wire::decode(frame_of(data, 15), why));
+    CHECK_THAT(why, Catch::Contains("header says 16 bytes of payload"));
 }

@@ -52,6 +52,13 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
         return std::nullopt;
     }
     h.op = static_cast<collective>(op);
+    // encode writes zeros there: a frame with anything else is not one
+    // cordma wrote, and refusing it keeps those bytes free for a later
+    // version (as rpc_wire and the agent's messages do).
+    if (get<std::uint16_t>(p + 6) != 0 || get<std::uint32_t>(p + 44) != 0) {
+        why = std::string("a ") + name(h.type) + " frame with its reserved bytes set";
+        return std::nullopt;
+    }
     h.step = get<std::uint16_t>(p + 4);
     h.seq = get<std::uint32_t>(p + 8);
     h.acked = get<std::uint32_t>(p + 12);

@@ -71,7 +71,8 @@ struct header {
 
 void encode(const header& h, std::span<std::byte, header_size> out) noexcept;
 /// The header of `frame`, or nothing with the reason in `why` (bad magic,
-/// unknown type, a size that does not match the frame's length).
+/// unknown type or collective, reserved bytes set, a size that does not
+/// match the frame's length).
 std::optional<header> decode(std::span<const std::byte> frame, std::string& why);
 
 const char* name(collective op) noexcept;

@@ -9,7 +9,8 @@
 /// builder::agent does not match its own, so that a cordma client fails at
 /// once with that reason instead of retrying as if nothing listened.
 /// Connections without an agent (builder::agent(false)) send none of these:
-/// the user's private data instead.
+/// the user's private data instead. Each `from` accepts only what cordma
+/// writes: reserved bytes zero, as the other formats require.
 
 #include <cstdint>
 #include <cstring>
@@ -40,7 +41,8 @@ struct cm_hello {
         if (event.private_data_len < sizeof h)
             return std::nullopt;
         std::memcpy(&h, event.private_data.data(), sizeof h);
-        if (h.magic != expected_magic || h.version != 1 || (h.kind != data && h.kind != control) || h.mtu > IBV_MTU_4096)
+        if (h.magic != expected_magic || h.version != 1 || (h.kind != data && h.kind != control) ||
+            h.mtu > IBV_MTU_4096 || h.reserved != 0)
             return std::nullopt;
         return h;
     }
@@ -60,7 +62,8 @@ struct cm_reply {
         if (event.private_data_len < sizeof r)
             return std::nullopt;
         std::memcpy(&r, event.private_data.data(), sizeof r);
-        if (r.magic != expected_magic || r.version != 1 || r.mtu < IBV_MTU_256 || r.mtu > IBV_MTU_4096)
+        if (r.magic != expected_magic || r.version != 1 || r.mtu < IBV_MTU_256 || r.mtu > IBV_MTU_4096 ||
+            r.reserved != 0)
             return std::nullopt;
         return r;
     }
@@ -86,7 +89,7 @@ struct cm_refusal {
             return std::nullopt;
         std::memcpy(&r, event.private_data.data(), sizeof r);
         if (r.magic != expected_magic || r.version != 1 ||
-            (r.reason != listener_without_agent && r.reason != listener_with_agent))
+            (r.reason != listener_without_agent && r.reason != listener_with_agent) || r.reserved != 0)
             return std::nullopt;
         return r;
     }

@@ -196,6 +196,10 @@ std::vector<bool> decode_rendezvous_status(std::span<const std::uint8_t> payload
     std::uint32_t n = world_size_field(in);
     auto bits = in.take("published", (n + 7) / 8);
     in.finish("status");
+    // The last byte's bits past world_size are padding, zero from the
+    // encoder: set, the frame says something about ranks that do not exist.
+    if (n % 8 != 0 && (bits.back() >> (n % 8)) != 0)
+        throw bad("published", "has bits set past world_size " + std::to_string(n));
     std::vector<bool> out(n);
     for (std::uint32_t r = 0; r < n; ++r)
         out[r] = (bits[r / 8] >> (r % 8) & 1) != 0;

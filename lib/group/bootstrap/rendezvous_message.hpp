@@ -17,7 +17,8 @@
 ///     publish (any rank -> rank 0): rank u32, world_size u32,
 ///         endpoint_length u16 (1..255), endpoint (printable ASCII)
 ///     status (rank 0 -> rank): world_size u32, then ceil(world_size/8)
-///         bytes, bit r (byte r/8, bit r%8) set when rank r has published
+///         bytes, bit r (byte r/8, bit r%8) set when rank r has published;
+///         the bits past world_size zero
 ///     list (rank 0 -> rank): world_size u32, then world_size times
 ///         endpoint_length u16 (1..255), endpoint
 ///     refused (rank 0 -> rank): text_length u16 (<= 1024), text; rank 0

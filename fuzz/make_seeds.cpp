@@ -1,0 +1,272 @@
+// Writes the seed corpora of the fuzz targets link_wire, endpoint_message,
+// cm_hello and rendezvous (fuzz/corpus/TARGET/NAME): one valid input of
+// each kind, made with the library's own encoders, so that libFuzzer starts
+// from inputs its decoders accept and every rule is a mutation or two away.
+// (The seeds of agent_protocol and rpc_wire came before this program and
+// are kept as they are.) The seeds are committed; run this again only when
+// a format changes, and commit what it writes:
+//
+//   clang++-14 -std=c++20 -I include -I lib -o /tmp/make_seeds fuzz/make_seeds.cpp \
+//       lib/link/link_wire.cpp lib/connect/tcp/endpoint_message.cpp \
+//       lib/group/bootstrap/rendezvous_message.cpp
+//   /tmp/make_seeds fuzz/corpus
+//
+// The rdma_cm private data is in host byte order (docs/wire-formats.md), so
+// the cm_hello seeds are a little-endian host's. Every seed is decoded again
+// here before it is written: a seed the decoder refuses would be a wasted
+// start, so this fails instead.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "connect/rdma_cm/cm_hello.hpp"
+#include "connect/tcp/endpoint_message.hpp"
+#include "group/bootstrap/rendezvous_message.hpp"
+#include "link/link_wire.hpp"
+
+namespace cd = cordma::detail;
+namespace lw = cordma::detail::link_wire;
+
+namespace {
+
+std::filesystem::path root;
+
+void write(const std::string& target, const std::string& name, const void* data, std::size_t size) {
+    auto dir = root / target;
+    std::filesystem::create_directories(dir);
+    std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+    if (!out) {
+        std::fprintf(stderr, "make_seeds: cannot write %s\n", (dir / name).c_str());
+        std::exit(1);
+    }
+}
+
+[[noreturn]] void refused(const std::string& target, const std::string& name, const std::string& why) {
+    std::fprintf(stderr, "make_seeds: the decoder refuses the seed %s/%s: %s\n", target.c_str(), name.c_str(),
+                 why.c_str());
+    std::exit(1);
+}
+
+// The link's frames: a header, and for data and abort frames the payload.
+void link_frame(const std::string& name, lw::header h, const std::string& payload = {}) {
+    h.size = (h.type == lw::frame::data || h.type == lw::frame::abort) ? payload.size() : h.size;
+    std::vector<std::byte> bytes(lw::header_size + payload.size());
+    lw::encode(h, std::span<std::byte, lw::header_size>(bytes.data(), lw::header_size));
+    std::memcpy(bytes.data() + lw::header_size, payload.data(), payload.size());
+    std::string why;
+    if (!lw::decode(bytes, why))
+        refused("link_wire", name, why);
+    write("link_wire", name, bytes.data(), bytes.size());
+}
+
+void link_wire_seeds() {
+    lw::header h;
+    // A group's hello: root = group size, extra = the sender's rank, step =
+    // the receiver's, seq = window, size = the group's id, addr = eager size.
+    h = {};
+    h.type = lw::frame::hello;
+    h.root = 4;
+    h.extra = 1;
+    h.step = 2;
+    h.seq = 64;
+    h.size = 0x9e3779b97f4a7c15ull;
+    h.addr = 8192;
+    link_frame("hello_group", h);
+    // The C API's and a stream's hello: size = the module's mark
+    // (link_hello.hpp), seq = window, addr = inline size.
+    h = {};
+    h.type = lw::frame::hello;
+    h.seq = 32;
+    h.size = 0x4341504900000001ull;  // c_api_hello_mark
+    h.addr = 4096;
+    link_frame("hello_c_api", h);
+    h.size = 0x5354524d00000001ull;  // stream_hello_mark
+    link_frame("hello_stream", h);
+
+    h = {};
+    h.op = lw::collective::broadcast;
+    h.step = 1;
+    h.seq = 3;
+    h.acked = 2;
+    h.root = 0;
+    link_frame("data_broadcast", h, "sixteen bytes...");
+    h = {};
+    h.op = lw::collective::all_reduce;
+    h.seq = 7;
+    h.extra = 3u << 8 | 1u;  // reductions: type << 8 | op
+    link_frame("data_all_reduce", h, std::string(32, '\x01'));
+    h = {};
+    h.op = lw::collective::message;
+    h.seq = 1;
+    link_frame("data_message", h, "a cordma_send message");
+    h = {};
+    h.op = lw::collective::stream;
+    h.seq = 9;
+    link_frame("data_stream", h, "stream bytes");
+    h.extra = 1;  // a stream's end: no bytes
+    link_frame("stream_end", h);
+    h = {};
+    h.type = lw::frame::rts;
+    h.op = lw::collective::all_gather;
+    h.seq = 5;
+    h.acked = 4;
+    h.size = 1 << 20;
+    h.addr = 0x7f0012345000ull;
+    h.rkey = 0x1234;
+    link_frame("rts_all_gather", h);
+    h.type = lw::frame::fin;
+    h.acked = 5;
+    link_frame("fin", h);
+    h = {};
+    h.type = lw::frame::credit;
+    h.acked = 17;
+    link_frame("credit", h);
+    h = {};
+    h.type = lw::frame::abort;
+    h.root = 2;
+    link_frame("abort", h, "rank 2: the peer timed out");
+    h = {};
+    h.type = lw::frame::ping;
+    h.acked = 1;
+    link_frame("ping", h);
+}
+
+void endpoint_seeds() {
+    auto message = [](std::uint32_t qpn, bool agent, std::uint16_t private_length, bool ib) {
+        cd::endpoint_message m;
+        m.endpoint.qpn = qpn;
+        m.endpoint.psn = 0xabcdef;
+        if (ib) {
+            m.endpoint.lid = 0x17;
+        } else {
+            // A RoCE v2 GID of 10.0.0.1 (::ffff:10.0.0.1).
+            m.endpoint.gid.raw[10] = m.endpoint.gid.raw[11] = 0xff;
+            m.endpoint.gid.raw[12] = 10;
+            m.endpoint.gid.raw[15] = 1;
+        }
+        m.mtu = IBV_MTU_1024;
+        m.agent = agent;
+        m.private_data_length = private_length;
+        auto bytes = cd::encode_endpoint_message(m);
+        try {
+            (void)cd::decode_endpoint_message(bytes);
+        } catch (const std::exception& e) {
+            refused("endpoint_message", "?", e.what());
+        }
+        return std::vector<std::uint8_t>(bytes.begin(), bytes.end());
+    };
+    // With the agent: the data QP's message, then the control QP's.
+    auto pair = message(0x11, true, 0, false);
+    auto control = message(0x12, true, 0, false);
+    pair.insert(pair.end(), control.begin(), control.end());
+    write("endpoint_message", "agent_pair", pair.data(), pair.size());
+    auto ib = message(0x11, true, 0, true);
+    write("endpoint_message", "agent_ib", ib.data(), ib.size());
+    // Without it: the message, then its private data (a client's 56 bytes).
+    auto plain = message(0x11, false, 56, false);
+    plain.insert(plain.end(), 56, 0x5a);
+    write("endpoint_message", "no_agent_private_data", plain.data(), plain.size());
+    auto bare = message(0x11, false, 0, false);
+    write("endpoint_message", "no_agent", bare.data(), bare.size());
+}
+
+template <class T>
+void cm_seed(const std::string& name, const T& value, std::size_t padded_to) {
+    std::vector<std::uint8_t> bytes(std::max(sizeof value, padded_to), 0);
+    std::memcpy(bytes.data(), &value, sizeof value);
+    cd::cm_event_copy e;
+    e.private_data_len = static_cast<std::uint8_t>(bytes.size());
+    std::memcpy(e.private_data.data(), bytes.data(), bytes.size());
+    if (!T::from(e))
+        refused("cm_hello", name, "from() gives nothing");
+    write("cm_hello", name, bytes.data(), bytes.size());
+}
+
+void cm_hello_seeds() {
+    cd::cm_hello hello;
+    hello.kind = cd::cm_hello::data;
+    hello.mtu = IBV_MTU_4096;
+    hello.token = 0x0123456789abcdefull;
+    cm_seed("hello_data", hello, 0);
+    // As a connect request delivers it on RoCE and InfiniBand: padded with
+    // zeros to 56 bytes.
+    cm_seed("hello_data_padded", hello, 56);
+    hello.kind = cd::cm_hello::control;
+    hello.mtu = 0;  // no preference
+    cm_seed("hello_control", hello, 0);
+    cd::cm_reply reply;
+    reply.mtu = IBV_MTU_1024;
+    cm_seed("reply", reply, 0);
+    cm_seed("reply_padded", reply, 196);  // an accept: 196 bytes
+    cd::cm_refusal refusal;
+    refusal.reason = cd::cm_refusal::listener_without_agent;
+    cm_seed("refusal_without_agent", refusal, 0);
+    refusal.reason = cd::cm_refusal::listener_with_agent;
+    cm_seed("refusal_with_agent", refusal, 148);  // a reject: 148 bytes
+}
+
+void rendezvous_seeds() {
+    auto publish = cd::encode_rendezvous_publish({1, 4, "10.0.0.2:29500"});
+    write("rendezvous", "publish", publish.data(), publish.size());
+    auto status = cd::encode_rendezvous_status({true, false, true, false, false, true, true, false, true});
+    write("rendezvous", "status", status.data(), status.size());
+    auto list = cd::encode_rendezvous_list({"10.0.0.1:29500", "10.0.0.2:29500", "[fe80::1]:29500", "host-3:1"});
+    write("rendezvous", "list", list.data(), list.size());
+    auto refused_frame = cd::encode_rendezvous_refused("rank 1 is already taken by 10.0.0.9:41234");
+    write("rendezvous", "refused", refused_frame.data(), refused_frame.size());
+    // What a rank reads from rank 0 in one conversation: status, then the list.
+    auto conversation = status;
+    auto all = cd::encode_rendezvous_status({true, true, true, true});
+    conversation.insert(conversation.end(), all.begin(), all.end());
+    conversation.insert(conversation.end(), list.begin(), list.end());
+    write("rendezvous", "status_status_list", conversation.data(), conversation.size());
+
+    // Every one decodes (header, then its payload).
+    for (const char* name : {"publish", "status", "list", "refused"}) {
+        std::ifstream in(root / "rendezvous" / name, std::ios::binary);
+        std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        try {
+            auto h = cd::decode_rendezvous_header(std::span<const std::uint8_t, 12>(bytes.data(), 12));
+            std::span<const std::uint8_t> payload(bytes.data() + 12, bytes.size() - 12);
+            if (payload.size() != h.length)
+                refused("rendezvous", name, "its length is not its header's");
+            switch (h.type) {
+            case cd::rendezvous_type::publish: (void)cd::decode_rendezvous_publish(payload); break;
+            case cd::rendezvous_type::status: (void)cd::decode_rendezvous_status(payload); break;
+            case cd::rendezvous_type::list: (void)cd::decode_rendezvous_list(payload); break;
+            case cd::rendezvous_type::refused: (void)cd::decode_rendezvous_refused(payload); break;
+            }
+        } catch (const std::exception& e) {
+            refused("rendezvous", name, e.what());
+        }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: make_seeds CORPUS-DIR (fuzz/corpus)\n");
+        return 2;
+    }
+    root = argv[1];
+    link_wire_seeds();
+    endpoint_seeds();
+    cm_hello_seeds();
+    rendezvous_seeds();
+    std::printf("make_seeds: wrote the seeds of link_wire, endpoint_message, cm_hello and rendezvous under %s\n",
+                argv[1]);
+    return 0;
+}
