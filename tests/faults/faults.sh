@@ -23,7 +23,7 @@
 #             module gives back every RDMA resource and fd
 # Each VM's exit status is its host's; rxe-vm returns the first non-zero.
 set -euo pipefail
-src=$1 build=$2 scenario=$3
+src=$(cd "$1" && pwd) build=$(cd "$2" && pwd) scenario=$3
 cd "$build"
 vm() { "$src/tools/rxe-vm" "$@"; }
 fp="$build/tests/fault_peer"
@@ -41,18 +41,9 @@ case "$scenario" in
   reorder) mixed loss 1% delay 20ms reorder 25% 50% ;;
   linkdown)
     echo "faults.sh: retry time of the default settings: (6 + 1) x 4.096 us x 2^14 = $retry_ms ms; limit $linkdown_limit ms"
-    vm -n 2 -t 420 -- sh -c "if [ \$RXE_VM_HOST = 1 ]; then
-        $fp serve 10.78.0.1:7620 --clients 2 --may-fail 1 --idle 15 --fault-after 300 \
-          --fault 'ip link set eth0 down; echo link down; sleep 4; ip link set eth0 up; echo link up'
-      else
-        $fp pressure 10.78.0.1:7620 --ops 1000 --fail-within $linkdown_limit --reconnect
-      fi" ;;
+    vm -n 2 -t 420 -- env BUILD="$build" SCENARIO=linkdown LIMIT_MS=$linkdown_limit sh "$src/tests/faults/pressure_guest.sh" ;;
   poweroff)
-    vm -n 3 -t 420 -- sh -c "case \$RXE_VM_HOST in
-      1) $fp serve 10.78.0.1:7620 --clients 4 --pressure-to 10.78.0.2:7620 --ops 1000 --fail-within 5000 ;;
-      2) $fp serve 10.78.0.2:7620 --clients 1 --fault-after 300 --fault 'echo 0 > \$RXE_VM_RC; sync; echo o > /proc/sysrq-trigger' ;;
-      3) $fp traffic 10.78.0.1:7620 --seconds 45 ;;
-      esac" ;;
+    vm -n 3 -t 420 -- env BUILD="$build" SCENARIO=poweroff LIMIT_MS=5000 sh "$src/tests/faults/pressure_guest.sh" ;;
   soak)
     vm -t 300 -- "$fp" soak 10.77.0.1:0 --connections 64 --depth 256 --seconds 30 ;;
   resources)

@@ -207,7 +207,12 @@ task<void> serve_one(connection conn, server_state* st) {
         receive_queue queue(conn, 16, message_size);
         local_mr reply = st->pool->allocate(message_size);
         for (;;) {
-            received_message m = st->idle.count() > 0 ? co_await queue.next(st->idle) : co_await queue.next();
+            // (Not a ?: of two co_awaits: g++ 12 destroys such temporaries twice.)
+            received_message m;
+            if (st->idle.count() > 0)
+                m = co_await queue.next(st->idle);
+            else
+                m = co_await queue.next();
             std::optional<std::uint32_t> imm = m.imm();
             if (imm && (*imm & note_bit)) {
                 std::uint64_t seq = *imm & ~note_bit;
@@ -481,15 +486,20 @@ struct pressure_state {
     clock_type::time_point last_failure{};
     std::vector<std::string> failures;
     std::uint64_t successes = 0;
+    /// The longest any failed operation waited, from its post to its
+    /// failure: at least the retry time for the oldest operation pending
+    /// when the peer fell silent.
+    double longest_wait_ms = 0;
 
     void succeeded() {
         std::lock_guard lock(mutex);
         last_success = clock_type::now();
         ++successes;
     }
-    void failed(const std::string& what) {
+    void failed(const std::string& what, clock_type::time_point posted) {
         std::lock_guard lock(mutex);
         last_failure = clock_type::now();
+        longest_wait_ms = std::max(longest_wait_ms, ms_between(posted, last_failure));
         failures.push_back(what);
     }
 };
@@ -497,18 +507,21 @@ struct pressure_state {
 /// A write and a read back, over and over, until one fails.
 task<void> pressure_op(connection conn, local_slice mine, local_slice back, remote_slice remote, std::uint64_t id,
                        pressure_state* ps) {
+    auto posted = clock_type::now();
     try {
         for (std::uint64_t round = 0;; ++round) {
             std::uint64_t seed = (id << 32) | round;
             fill(mine.bytes(), seed);
+            posted = clock_type::now();
             co_await conn.write(mine, remote);
+            posted = clock_type::now();
             co_await conn.read(back, remote);
             if (long at = mismatch(back.bytes(), seed); at >= 0)
                 fail("pressure read back " + std::to_string(id) + ": byte " + std::to_string(at) + " is wrong");
             ps->succeeded();
         }
     } catch (const std::exception& e) {
-        ps->failed(e.what());
+        ps->failed(e.what(), posted);
     }
 }
 
@@ -519,7 +532,7 @@ task<void> pressure_echo(connection conn, std::shared_ptr<memory_pool> pool, pre
     try {
         co_await echo_worker(conn, pool, &cs, &seq, ~0ull);
     } catch (const std::exception& e) {
-        ps->failed(e.what());
+        ps->failed(e.what(), clock_type::now());  // an echo waits on the server: not a measure of the retries
     }
 }
 
@@ -549,10 +562,11 @@ int pressure_run(builder& b, connection conn, int ops, milliseconds fail_within,
     for (auto& f : ps.failures)
         if (f.find("stopped acknowledging") != std::string::npos)
             ++say_so;
-    std::printf("%s: %llu operations succeeded; then all %zu in flight failed, the last %.0f ms after the last "
-                "success (limit %lld ms); %zu of them say the peer stopped acknowledging\n",
-                who, (unsigned long long)ps.successes, ps.failures.size(), fail_ms,
-                static_cast<long long>(fail_within.count()), say_so);
+    std::printf("%s: %llu operations succeeded; then all %zu in flight failed: the longest any waited from its post "
+                "to its failure was %.0f ms (limit %lld ms), the last failed %.0f ms after the last success was "
+                "handled; %zu of them say the peer stopped acknowledging\n",
+                who, (unsigned long long)ps.successes, ps.failures.size(), ps.longest_wait_ms,
+                static_cast<long long>(fail_within.count()), fail_ms, say_so);
     std::printf("%s: first error: %s\n", who, ps.failures.empty() ? "(none)" : ps.failures.front().c_str());
     std::printf("%s: last error: %s\n", who, ps.failures.empty() ? "(none)" : ps.failures.back().c_str());
     int rc = 0;
@@ -564,9 +578,9 @@ int pressure_run(builder& b, connection conn, int ops, milliseconds fail_within,
         std::printf("%s: FAILED: %zu failures for %d operations and the echo\n", who, ps.failures.size(), ops);
         rc = 1;
     }
-    if (fail_ms > double(fail_within.count())) {
-        std::printf("%s: FAILED: took %.0f ms to fail, more than %lld ms\n", who, fail_ms,
-                    static_cast<long long>(fail_within.count()));
+    if (ps.longest_wait_ms > double(fail_within.count()) || fail_ms > double(fail_within.count())) {
+        std::printf("%s: FAILED: took %.0f ms to fail, more than %lld ms\n", who,
+                    std::max(ps.longest_wait_ms, fail_ms), static_cast<long long>(fail_within.count()));
         rc = 1;
     }
     if (say_so != ps.failures.size()) {
@@ -582,8 +596,19 @@ int pressure_run(builder& b, connection conn, int ops, milliseconds fail_within,
     return rc;
 }
 
+/// librdmacm and libibverbs open a device context on first use and keep it
+/// for the life of the process (2 fds): take baselines after that.
+void warm_up() {
+    if (const char* here = std::getenv("RXE_VM_ADDR")) {
+        builder b;
+        listener l = b.listen(std::string(here) + ":0");
+    }
+}
+
 int pressure(const std::string& address, int ops, milliseconds fail_within, bool reconnect) {
+    warm_up();
     auto before = test::current_resources();
+    auto before_fds = test::open_fd_targets();
     int rc = 0;
     {
         builder b;
@@ -628,7 +653,8 @@ int pressure(const std::string& address, int ops, milliseconds fail_within, bool
     std::printf("fault_peer pressure: before the builder: %s; after it: %s\n", before.to_string().c_str(),
                 after.to_string().c_str());
     if (!(after == before)) {
-        std::printf("fault_peer pressure: FAILED: resources were not all given back\n");
+        std::printf("fault_peer pressure: FAILED: resources were not all given back (fds before: %s; after: %s)\n",
+                    before_fds.c_str(), test::open_fd_targets().c_str());
         rc = 1;
     }
     return rc;
@@ -673,8 +699,8 @@ int serve(const serve_options& o) {
         pressure_thread = std::thread([&] {
             // Under pressure only once a client is being served: it must
             // go on being served through the other peer's failure.
-            while (st.started == 0)
-                std::this_thread::sleep_for(milliseconds(50));
+            while (st.started < o.clients)
+                std::this_thread::sleep_for(milliseconds(50));  // polling the count, bounded by the watchdog
             auto before = test::current_resources();
             {
                 builder other;
@@ -688,6 +714,9 @@ int serve(const serve_options& o) {
             int serving = st.started - st.finished;
             std::printf("fault_peer serve (pressure): resources before %s; after %s; still serving %d client(s)\n",
                         before.to_string().c_str(), after.to_string().c_str(), serving);
+            // Memory regions are left out here: the clients still being
+            // served have the agent register and free regions all along.
+            before.mr = after.mr = 0;
             if (!(after == before)) {
                 std::printf("fault_peer serve (pressure): FAILED: the failed connection left resources behind\n");
                 rc = 1;

@@ -1,9 +1,15 @@
 #pragma once
-// What a process holds: its RDMA resources as the kernel counts them
-// (`rdma -j resource show qp|cq|mr|pd|cm_id`, the entries whose pid is
-// the process's), its open file descriptors and its resident memory. For
-// the tests that must prove everything is given back (tests/faults/,
-// resources_test): a count taken before and one after must be equal.
+// What a process holds: the RDMA resources of user processes as the kernel
+// counts them (`rdma -j resource show qp|cq|mr|pd|cm_id`, every entry with
+// a pid), its open file descriptors and its resident memory. For the tests
+// that must prove everything is given back (tests/faults/, resources_test):
+// a count taken before and one after must be equal.
+//
+// Every user entry on the host counts, not only those with this process's
+// pid: the kernel records the id of the *thread* that created a resource
+// (cordma's event listener thread, for most), and a thread that has exited
+// could not be traced back to its process. So the caller must be the only
+// RDMA process on its host (each runs alone in its tools/rxe-vm VM).
 
 #include <dirent.h>
 #include <unistd.h>
@@ -27,10 +33,10 @@ struct process_resources {
     }
 };
 
-/// Entries of `rdma -j resource show KIND` that belong to `pid`. Throws if
-/// the rdma tool cannot run (iproute2 is required: a silent 0 would make
-/// every comparison pass).
-inline int rdma_resource_count(const char* kind, long pid) {
+/// Entries of `rdma -j resource show KIND` that belong to a user process.
+/// Throws if the rdma tool cannot run (iproute2 is required: a silent 0
+/// would make every comparison pass).
+inline int rdma_resource_count(const char* kind) {
     std::string command = std::string("rdma -j resource show ") + kind + " 2>&1";
     FILE* pipe = ::popen(command.c_str(), "r");
     if (pipe == nullptr)
@@ -43,14 +49,11 @@ inline int rdma_resource_count(const char* kind, long pid) {
     if (status != 0 || out.empty() || out.front() != '[')
         throw std::runtime_error("`" + command + "` failed (status " + std::to_string(status) + "): " + out);
     // Each entry is one JSON object with one "pid" member; kernel-owned
-    // entries have none.
+    // entries (ib_core's GSI QP, its PD and CQ) have none.
     int count = 0;
-    std::string key = "\"pid\":" + std::to_string(pid);
-    for (std::size_t at = out.find(key); at != std::string::npos; at = out.find(key, at + key.size())) {
-        char after = at + key.size() < out.size() ? out[at + key.size()] : '\0';
-        if (after == ',' || after == '}')
-            ++count;
-    }
+    const std::string key = "\"pid\":";
+    for (std::size_t at = out.find(key); at != std::string::npos; at = out.find(key, at + key.size()))
+        ++count;
     return count;
 }
 
@@ -66,15 +69,34 @@ inline int open_fd_count() {
     return count - 1;  // the directory stream's own descriptor
 }
 
-inline process_resources current_resources(long pid = ::getpid()) {
+inline process_resources current_resources() {
     process_resources r;
-    r.qp = rdma_resource_count("qp", pid);
-    r.cq = rdma_resource_count("cq", pid);
-    r.mr = rdma_resource_count("mr", pid);
-    r.pd = rdma_resource_count("pd", pid);
-    r.cm_id = rdma_resource_count("cm_id", pid);
+    r.qp = rdma_resource_count("qp");
+    r.cq = rdma_resource_count("cq");
+    r.mr = rdma_resource_count("mr");
+    r.pd = rdma_resource_count("pd");
+    r.cm_id = rdma_resource_count("cm_id");
     r.fds = open_fd_count();
     return r;
+}
+
+/// What each open descriptor is (readlink of /proc/self/fd/N), to say what
+/// was left open when a count differs.
+inline std::string open_fd_targets() {
+    std::string list;
+    DIR* dir = ::opendir("/proc/self/fd");
+    if (dir == nullptr)
+        return list;
+    while (dirent* e = ::readdir(dir)) {
+        if (e->d_name[0] == '.')
+            continue;
+        char target[256] = {};
+        std::string path = std::string("/proc/self/fd/") + e->d_name;
+        ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
+        list += std::string(e->d_name) + "=" + (n > 0 ? std::string(target, std::size_t(n)) : "?") + " ";
+    }
+    ::closedir(dir);
+    return list;
 }
 
 /// Resident memory in KiB (/proc/self/statm).

@@ -1,0 +1,30 @@
+# Inside tools/rxe-vm -n 2 or -n 3: one host fails under operations in
+# flight from another (tests/faults/faults.sh linkdown and poweroff).
+# Env: BUILD, SCENARIO, LIMIT_MS (how fast the operations must fail).
+set -u
+fp="$BUILD/tests/fault_peer"
+case "$SCENARIO.$RXE_VM_HOST" in
+  linkdown.1)
+    # Serves the client's old connection and, after the link is back, its
+    # new one. 50 echoes in, the link goes down for 4 s. The old
+    # connection, silent from then on, is given up after 15 s.
+    exec "$fp" serve 10.78.0.1:7620 --clients 2 --may-fail 1 --idle 15 --fault-after 50 \
+      --fault 'ip link set eth0 down; echo "link down"; sleep 4; ip link set eth0 up; echo "link up"' ;;
+  linkdown.2)
+    exec "$fp" pressure 10.78.0.1:7620 --ops 1000 --fail-within "$LIMIT_MS" --reconnect ;;
+  poweroff.1)
+    # The survivor: serves host 3's traffic (4 connections) and, once that
+    # runs, puts 1,000 operations in flight to host 2.
+    exec "$fp" serve 10.78.0.1:7620 --clients 4 --pressure-to 10.78.0.2:7620 --ops 1000 --fail-within "$LIMIT_MS" ;;
+  poweroff.2)
+    # 50 echoes in, this host is gone at once: no disconnect reaches
+    # anyone. sysrq 'b' resets the machine without shutting anything down
+    # (tools/rxe-vm runs QEMU with -no-reboot, so the VM just ends); 'o',
+    # an orderly power-off, can take minutes in an emulated CPU under the
+    # peer's retransmissions.
+    exec "$fp" serve 10.78.0.2:7620 --clients 1 \
+      --fault 'echo 0 > "$RXE_VM_RC"; sync; echo b > /proc/sysrq-trigger' --fault-after 50 ;;
+  poweroff.3)
+    exec "$fp" traffic 10.78.0.1:7620 --seconds 60 ;;
+  *) echo "pressure_guest.sh: nothing for $SCENARIO on host $RXE_VM_HOST" >&2; exit 2 ;;
+esac
