@@ -97,8 +97,7 @@ void connection_round(bool agent, endpoint_exchange exchange) {
     if (agent) {
         remote_mr granted = sync_wait(client.request_remote_mr(8192));
         REQUIRE(granted.size() >= 8192);
-        auto opened = sync_wait(client.new_connection());
-        connection accepted = sync_wait(l.accept());
+        auto [accepted, opened] = sync_wait(when_all(l.accept(), client.new_connection()));
         sync_wait(write_and_read(opened, &target, pool, 9));
         sync_wait(opened.close());
         sync_wait(accepted.close());
