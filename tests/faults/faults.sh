@@ -38,7 +38,7 @@ mixed() {  # NETEM...
 }
 case "$scenario" in
   loss)    mixed loss 5% ;;
-  reorder) mixed loss 1% delay 20ms reorder 25% 50% ;;
+  reorder) mixed loss 1% delay 20ms reorder 5% 50% ;;
   linkdown)
     echo "faults.sh: retry time of the default settings: (6 + 1) x 4.096 us x 2^14 = $retry_ms ms; limit $linkdown_limit ms"
     vm -n 2 -t 420 -- env BUILD="$build" SCENARIO=linkdown LIMIT_MS=$linkdown_limit sh "$src/tests/faults/pressure_guest.sh" ;;

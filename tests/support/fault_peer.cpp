@@ -63,6 +63,7 @@
 
 #include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
+#include <cordma/error.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/receive_queue.hpp>
 #include <cordma/remote_mr.hpp>
@@ -240,6 +241,18 @@ task<void> serve_one(connection conn, server_state* st) {
             if (h.flags & flag_bye) {
                 m.release();
                 co_await conn.send(reply.slice(0, sizeof h));  // the goodbye's answer
+                // The client closes, not this side: closing here could reach
+                // it (the rdma_cm disconnect) before the acknowledgement of
+                // its goodbye, whose send would then be flushed, although
+                // this side got it.
+                bool closed = false;
+                try {
+                    received_message after = co_await queue.next(std::chrono::seconds(60));
+                } catch (const disconnected_error&) {
+                    closed = true;
+                }
+                if (!closed)
+                    fail("a message after the goodbye");
                 break;
             }
             if (h.length > max_payload || m.size() != sizeof h + h.length)
