@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <system_error>
 
+#include <cordma/error.hpp>
 #include <cordma/task_group.hpp>
 #include "agent/call_deadline.hpp"
 #include "engine/connection_state.hpp"
@@ -73,10 +75,27 @@ task<void> agent::acquire_slot(std::stop_token token, const char* call) {
 task<void> agent::receive_loop(local_mr buffer) {
     for (;;) {
         recv_result got;
+        std::string failed;
+        bool overlong = false;
         try {
             got = co_await control_.recv(buffer.all());
+        } catch (const work_completion_error& e) {
+            failed = e.what();
+            // Flushed: the control QP is closing. Any other failure of a
+            // receive is the peer's message not fitting the buffer (rxe
+            // says IBV_WC_LOC_QP_OP_ERR, other devices IBV_WC_LOC_LEN_ERR):
+            // as much a violation as a malformed one.
+            overlong = e.status() != IBV_WC_WR_FLUSH_ERR;
         } catch (const std::exception& e) {
-            shut_down(std::string("control channel closed: ") + e.what());
+            failed = e.what();
+        }
+        if (overlong) {
+            violation("a message longer than the " + std::to_string(proto::max_message_size) +
+                      "-byte receive buffers (" + failed + ")");
+            co_return;
+        }
+        if (!failed.empty()) {
+            shut_down("control channel closed: " + failed);
             co_return;
         }
         try {
@@ -84,15 +103,22 @@ task<void> agent::receive_loop(local_mr buffer) {
         } catch (const std::exception& e) {
             // A peer that breaks the protocol loses the connection, and
             // nothing it sent is acted on.
-            std::string why = std::string("agent protocol violation by ") + peer_ + ": " + e.what();
-            if (auto data = data_.lock())
-                data->shut_down(why);
-            shut_down(why);
+            violation(e.what());
             co_return;
         }
         if (dead_)
             co_return;
     }
+}
+
+void agent::violation(const std::string& what) noexcept {
+    if (dead_)
+        return;
+    std::string why = "agent protocol violation by " + peer_ + ": " + what;
+    std::fprintf(stderr, "cordma: %s; closing the connection\n", why.c_str());
+    if (auto data = data_.lock())
+        data->shut_down(why);
+    shut_down(why);
 }
 
 void agent::on_frame(const proto::frame& f) {
@@ -235,6 +261,12 @@ void agent::handle(const proto::message& m) {
                 incoming_local_->push(std::move(back));
             } else if constexpr (std::is_same_v<T, proto::release_mr>) {
                 // Unknown ids are fine: the lease may have run out first.
+                // An id this side never issued is not (ids are issued in
+                // increasing order from 1): checked before acting on any.
+                for (auto id : msg.region_ids)
+                    if (id >= next_region_id_)
+                        throw proto::protocol_error("release_mr of region " + std::to_string(id) +
+                                                    ", which this side never granted");
                 for (auto id : msg.region_ids)
                     drop_grant(id, false);
             } else if constexpr (std::is_same_v<T, proto::revoke_mr>) {

@@ -73,6 +73,9 @@ private:
     };
 
     task<void> receive_loop(local_mr buffer);
+    /// The peer broke the protocol (`what`): logs it, closes the data and
+    /// the control connection, acts on nothing more.
+    void violation(const std::string& what) noexcept;
     void on_frame(const agent_protocol::frame& f);
     void acknowledged(std::uint16_t acked);
     void count_handled();
