@@ -98,6 +98,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             die("cm_hello::from accepted an unknown kind", std::to_string(got.kind));
         if (got.mtu > IBV_MTU_4096)
             die("cm_hello::from accepted an MTU code above 5", std::to_string(got.mtu));
+        if ((got.token & 1) == 0)
+            die("cm_hello::from accepted an even token (a hello cut short arrives with token 0)");
         cd::cm_hello h;
         h.kind = got.kind;
         h.mtu = got.mtu;

@@ -5,6 +5,7 @@
 // device needed.
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <span>
 #include <string>
@@ -122,6 +123,16 @@ TEST_CASE("the rdma_cm hello and reply are recognised, and anything else is not"
         bad = hello;
         bad.mtu = 6;
         CHECK_FALSE(detail::cm_hello::from(carrying(&bad, sizeof bad)).has_value());
+    }
+    SECTION("a hello cut short, which the connection manager pads with zeros, is not one") {
+        // RoCE delivers 56 bytes of private data whatever was sent: the
+        // first 7 bytes of a hello arrive as a hello with token 0.
+        std::array<std::byte, 56> padded{};
+        std::memcpy(padded.data(), &hello, 7);
+        CHECK_FALSE(detail::cm_hello::from(carrying(padded.data(), padded.size())).has_value());
+        detail::cm_hello even = hello;
+        even.token = 0x1234567890abcdeeULL;
+        CHECK_FALSE(detail::cm_hello::from(carrying(&even, sizeof even)).has_value());
     }
     SECTION("the reply carries the agreed MTU, within 256..4096 bytes") {
         detail::cm_reply reply;

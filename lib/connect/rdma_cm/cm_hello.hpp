@@ -41,8 +41,11 @@ struct cm_hello {
         if (event.private_data_len < sizeof h)
             return std::nullopt;
         std::memcpy(&h, event.private_data.data(), sizeof h);
+        // The token is odd (docs/wire-formats.md): the connection manager
+        // pads private data with zeros, so a hello cut short after its
+        // first bytes would otherwise pass with token 0.
         if (h.magic != expected_magic || h.version != 1 || (h.kind != data && h.kind != control) ||
-            h.mtu > IBV_MTU_4096 || h.reserved != 0)
+            h.mtu > IBV_MTU_4096 || h.reserved != 0 || (h.token & 1) == 0)
             return std::nullopt;
         return h;
     }
