@@ -91,7 +91,7 @@ void cm_acceptor::on_cm_event(const cm_event_copy& event) noexcept {
             return refuse_client(event.id, cm_refusal::listener_without_agent,
                                  "it is a cordma client with the agent on, and this listener has "
                                  "builder::agent(false); connect with builder::agent(false)");
-        connect_request request{event.id, hello, {}};
+        connect_request request{event.id, hello, {}, {}};
         if (!hello)
             request.private_data = private_data_of(event);
         if (auto refused = requests_->push(std::move(request)))
@@ -113,8 +113,12 @@ void cm_acceptor::refuse_client(rdma_cm_id* id, cm_refusal::reason_type reason, 
 }
 
 void cm_acceptor::shut() noexcept {
-    for (auto& request : requests_->close())
-        reject(request.id);
+    for (auto& request : requests_->close()) {
+        if (request.accepted)
+            request.accepted.shut_down();
+        else
+            reject(request.id);
+    }
 }
 
 void cm_acceptor::accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept {
@@ -122,8 +126,13 @@ void cm_acceptor::accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept
     std::shared_ptr<connection_state> state = it != awaiting_control_.end() ? it->second.lock() : nullptr;
     if (it != awaiting_control_.end())
         awaiting_control_.erase(it);
-    if (!state || !state->agent)
-        return reject(id);  // not one of ours, or its connection is already gone
+    if (!state || !state->agent) {
+        // Not one of ours (a forged or stale token), or its connection is
+        // already gone.
+        std::fprintf(stderr, "cordma: listener %s: refused an agent control queue pair from %s: its token matches no "
+                     "connection waiting for one\n", address_.c_str(), peer_of(id).c_str());
+        return reject(id);
+    }
     auto handshake = [](std::shared_ptr<cm_acceptor> self, std::shared_ptr<cm_id> cm, cm_hello hello,
                         connection conn) -> task<void> {
         std::string failure;
@@ -152,37 +161,55 @@ task<connection> cm_acceptor::accept(std::stop_token token) {
         std::optional<connect_request> request = co_await requests_->pop(token, "accept", address_);
         if (!request)
             throw disconnected_error("accept", address_, "the listener is closed");
-        std::string failure;
-        try {
-            auto cm = cm_id::make(rt_, request->id, peer_of(request->id));
-            auto qp = co_await cm_accept_qp(rt_, settings_, cm, qp_role::data, request->hello);
-            std::string peer = cm->peer();
-            connection conn = assemble([&] {
+        if (request->accepted)
+            co_return std::move(request->accepted);
+        // Each client's handshake runs on its own: one that stalls (it
+        // never answers the accept) holds up nobody else for its
+        // connect_timeout. Its connection comes back through requests_.
+        spawn_detached(handshake(self, std::move(*request)), [](std::exception_ptr) {});
+    }
+}
+
+// The first parameter keeps the acceptor alive until the handshake ends.
+task<void> cm_acceptor::handshake(std::shared_ptr<cm_acceptor>, connect_request request) {
+    std::string failure;
+    try {
+        auto cm = cm_id::make(rt_, request.id, peer_of(request.id));
+        auto qp = co_await cm_accept_qp(rt_, settings_, cm, qp_role::data, request.hello);
+        std::string peer = cm->peer();
+        connection conn = assemble([&] {
         detail::connection_parts parts;
         parts.event_listener = rt_->event_listener;
         parts.data = std::move(qp);
         parts.peer = std::move(peer);
         parts.watcher = std::move(cm);
         parts.shared_receives = settings_.shared_receives;
-        if (request->hello) {
+        if (request.hello) {
             parts.agent_pool = rt_->pool;
             parts.limits = agent_limits_for(settings_);
             parts.agent_timeout = settings_.agent_timeout;
             parts.ledger = rt_->ledger;
         }
-        parts.peer_private_data = std::move(request->private_data);
+        parts.peer_private_data = std::move(request.private_data);
         return parts;
     }());
-            if (request->hello)  // a cordma client: its agent's control QP follows
-                awaiting_control_[request->hello->token] = connection_access::state(conn);
-            co_return conn;
-        } catch (const std::exception& e) {
-            failure = e.what();
+        if (request.hello) {  // a cordma client: its agent's control QP follows
+            // Forget the clients that left without ever sending theirs,
+            // or the map grows with every one of them.
+            std::erase_if(awaiting_control_, [](const auto& entry) { return entry.second.expired(); });
+            awaiting_control_[request.hello->token] = connection_access::state(conn);
         }
-        // One client that could not be set up (gave up mid-handshake, could
-        // not agree on the path) is dropped; the listener goes on.
-        std::fprintf(stderr, "cordma: listener %s: dropped a client: %s\n", address_.c_str(), failure.c_str());
+        connect_request done;
+        done.accepted = std::move(conn);
+        if (auto refused = requests_->push(std::move(done)))
+            refused->accepted.shut_down();  // the listener closed meanwhile
+        co_return;
+    } catch (const std::exception& e) {
+        failure = e.what();
     }
+    // One client that could not be set up (gave up mid-handshake, could
+    // not agree on the path) is dropped; the listener goes on.
+    std::fprintf(stderr, "cordma: listener %s: dropped a client: %s\n", address_.c_str(), failure.c_str());
 }
 
 void cm_acceptor::close() {

@@ -1,6 +1,9 @@
 #pragma once
 /// A listening rdma_cm id: connect requests wait in a waiter_queue until an
-/// accept() takes them; the agents' control QPs that follow accepted
+/// accept() takes them and starts their handshakes, each on its own (a
+/// client that stalls mid-handshake holds up nobody else), whose
+/// connections then wait in the same queue for the next accept(); the
+/// agents' control QPs that follow accepted
 /// connections are paired with them by token. A listener with the agent
 /// takes only clients that send cordma's hello; one with
 /// builder::agent(false) only clients that do not (plain ones); each
@@ -34,6 +37,9 @@ struct connect_request {
     std::optional<cm_hello> hello;
     /// What a plain client sent (builder::agent(false) listeners).
     std::vector<std::byte> private_data;
+    /// Instead of all the above: a client whose handshake has completed,
+    /// for the next accept().
+    connection accepted;
 };
 
 class cm_acceptor : public cm_target, public acceptor {
@@ -53,6 +59,9 @@ private:
     static void dispatch(cm_target* self, const cm_event_copy& event) noexcept;
     void on_cm_event(const cm_event_copy& event) noexcept;
     void accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept;
+    /// The server's half of a client's handshake, bounded by
+    /// connect_timeout; its connection then queues for accept().
+    task<void> handshake(std::shared_ptr<cm_acceptor> self, connect_request request);
     void refuse_client(rdma_cm_id* id, cm_refusal::reason_type reason, const char* why) noexcept;
     void shut() noexcept;
 

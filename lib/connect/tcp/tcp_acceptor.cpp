@@ -12,6 +12,7 @@
 #include <asio/post.hpp>
 
 #include <cordma/error.hpp>
+#include <cordma/task_group.hpp>
 
 #include "connect/connect.hpp"
 #include "connect/qp_settings.hpp"
@@ -60,18 +61,33 @@ task<connection> tcp_acceptor::accept(std::stop_token token) {
         std::optional<std::shared_ptr<accepted_client>> client = co_await clients_->pop(token, "accept", address_);
         if (!client)
             throw disconnected_error("accept", address_, "the listener is closed");
-        std::string peer = (*client)->peer;
-        std::string failure;
-        try {
-            co_return co_await handshake(std::move(*client));
-        } catch (const std::exception& e) {
-            failure = e.what();
-        }
-        // The client gave up, timed out, is not a cordma peer or could
-        // not agree on the path: drop it and wait for the next.
-        std::fprintf(stderr, "cordma: listener %s: dropped a client from %s: %s\n", address_.c_str(), peer.c_str(),
-                     failure.c_str());
+        if ((*client)->accepted)
+            co_return std::move((*client)->accepted);
+        // Each client's handshake runs on its own: one that stalls (half an
+        // endpoint message, then silence) holds up nobody else for its
+        // connect_timeout. Its connection comes back through clients_.
+        spawn_detached(handshake_and_queue(self, std::move(*client)), [](std::exception_ptr) {});
     }
+}
+
+// The first parameter keeps the acceptor alive until the handshake ends.
+task<void> tcp_acceptor::handshake_and_queue(std::shared_ptr<tcp_acceptor>, std::shared_ptr<accepted_client> client) {
+    std::string peer = client->peer;
+    std::string failure;
+    try {
+        auto done = std::make_shared<accepted_client>();
+        done->peer = peer;
+        done->accepted = co_await handshake(std::move(client));
+        if (auto refused = clients_->push(std::move(done)))
+            (*refused)->accepted.shut_down();  // the listener closed meanwhile
+        co_return;
+    } catch (const std::exception& e) {
+        failure = e.what();
+    }
+    // The client gave up, timed out, is not a cordma peer or could
+    // not agree on the path: drop it.
+    std::fprintf(stderr, "cordma: listener %s: dropped a client from %s: %s\n", address_.c_str(), peer.c_str(),
+                 failure.c_str());
 }
 
 void tcp_acceptor::close() {
@@ -159,7 +175,10 @@ task<connection> tcp_acceptor::handshake(std::shared_ptr<accepted_client> client
 void tcp_acceptor::shut() noexcept {
     if (clients_->closed())
         return;
-    clients_->close();  // the clients not taken are dropped: they read EOF
+    // The clients not taken are dropped (they read EOF), connected or not.
+    for (auto& client : clients_->close())
+        if (client->accepted)
+            client->accepted.shut_down();
     try {
         asio::post(service_->context(), [io = io_] { io->close(); });
     } catch (const std::exception&) {

@@ -26,12 +26,14 @@
 namespace cordma::detail {
 
 /// A client the io thread accepted, on its way to the event listener thread: a
-/// plain descriptor, closed unless a handshake takes it.
+/// plain descriptor, closed unless a handshake takes it. Or, once its
+/// handshake has succeeded, the connection (`accepted`) for the next accept().
 struct accepted_client {
     int fd = -1;
     asio::ip::tcp protocol = asio::ip::tcp::v4();
     socket_address local{};
     std::string peer;
+    connection accepted;
 
     accepted_client() = default;
     accepted_client(const accepted_client&) = delete;
@@ -51,8 +53,9 @@ struct accept_io {
 };
 
 /// A listening TCP socket: clients the io thread accepts wait here until an
-/// accept() takes them and runs the handshake. Event listener thread; destroyed
-/// there.
+/// accept() takes them and starts the handshake; each handshake runs on its
+/// own, and its connection waits here for the next accept(). Event listener
+/// thread; destroyed there.
 class tcp_acceptor final : public acceptor, public std::enable_shared_from_this<tcp_acceptor> {
 public:
     /// Binds and listens on the calling thread, so a bad or busy address
@@ -81,6 +84,9 @@ private:
     /// Event listener thread: the server's half of the handshake, bounded by
     /// connect_timeout.
     task<connection> handshake(std::shared_ptr<accepted_client> client);
+    /// handshake(), then the connection queued for accept() (or the client
+    /// dropped, and logged).
+    task<void> handshake_and_queue(std::shared_ptr<tcp_acceptor> self, std::shared_ptr<accepted_client> client);
 
     /// Event listener thread. Closes the listening socket and every client not yet
     /// taken (they read EOF); waiting accepts throw.
