@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
+#include <chrono>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
@@ -129,13 +130,6 @@ void shared_receive_state::complete(slot* s, const ibv_wc& wc) noexcept {
     // message did not fit: that connection goes, the buffer is posted
     // again for the others.
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-        std::shared_ptr<connection_state> sender;
-        {
-            std::lock_guard lock(attached_mutex_);
-            auto it = attached_connections_.find(wc.qp_num);
-            if (it != attached_connections_.end())
-                sender = it->second.state.lock();
-        }
         std::string why = std::string("a receive of its shared_receive_queue failed with ") +
                           ibv_wc_status_str(wc.status) + " (status " + std::to_string(static_cast<int>(wc.status)) +
                           (wc.status == IBV_WC_LOC_LEN_ERR || wc.status == IBV_WC_LOC_QP_OP_ERR
@@ -143,8 +137,35 @@ void shared_receive_state::complete(slot* s, const ibv_wc& wc) noexcept {
                                      std::to_string(buffer_size_) + " bytes)" +
                                      (wc.status == IBV_WC_LOC_QP_OP_ERR ? ", as rxe reports it" : "")
                                : ")");
-        if (sender)
+        std::shared_ptr<connection_state> sender;
+        std::string peer;
+        {
+            std::lock_guard lock(attached_mutex_);
+            auto it = attached_connections_.find(wc.qp_num);
+            if (it != attached_connections_.end()) {
+                sender = it->second.state.lock();
+                peer = it->second.peer;
+            } else {
+                // Its connection is not set up yet: the peer sent before the
+                // server had taken its last handshake message. Its QP is in
+                // error already; the connection is shut down as it attaches.
+                auto now = std::chrono::steady_clock::now();
+                std::erase_if(failed_before_attach_,
+                              [now](const auto& f) { return now - f.second.when > early_failure_memory; });
+                if (failed_before_attach_.size() < 256)
+                    failed_before_attach_[wc.qp_num] = early_failure{why, now};
+            }
+        }
+        if (sender) {
+            std::fprintf(stderr, "cordma: shared_receive_queue on %s: closing the connection to %s: %s\n",
+                         pd_->device()->name().c_str(), peer.c_str(), why.c_str());
             sender->shut_down(why);
+        } else {
+            std::fprintf(stderr,
+                         "cordma: shared_receive_queue on %s: the connection of QP %u, not accepted yet: %s; it is "
+                         "closed once accepted\n",
+                         pd_->device()->name().c_str(), wc.qp_num, why.c_str());
+        }
     }
     release(s);
 }
@@ -164,8 +185,27 @@ void shared_receive_state::release(work_slot* ws) noexcept {
 
 void shared_receive_state::attach(std::uint32_t qp_num, const std::string& peer,
                                   std::weak_ptr<connection_state> state) {
-    std::lock_guard lock(attached_mutex_);
-    attached_connections_[qp_num] = attached{peer, std::move(state)};
+    std::string failed;
+    {
+        std::lock_guard lock(attached_mutex_);
+        attached_connections_[qp_num] = attached{peer, state};
+        if (auto it = failed_before_attach_.find(qp_num); it != failed_before_attach_.end()) {
+            if (std::chrono::steady_clock::now() - it->second.when <= early_failure_memory)
+                failed = it->second.why;
+            failed_before_attach_.erase(it);
+        }
+    }
+    if (failed.empty())
+        return;
+    // After the attaching connection has finished setting up, so its end
+    // reaches ended() like any other.
+    event_listener()->post([state, failed, peer, device = pd_->device()->name()] {
+        if (auto s = state.lock()) {
+            std::fprintf(stderr, "cordma: shared_receive_queue on %s: closing the connection to %s: %s\n",
+                         device.c_str(), peer.c_str(), failed.c_str());
+            s->shut_down(failed);
+        }
+    });
 }
 
 void shared_receive_state::detach(std::uint32_t qp_num) noexcept {

@@ -6,6 +6,7 @@
 /// event listener thread, except the constructor and the read-only sizes.
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -93,6 +94,16 @@ private:
     std::atomic<bool> accepting_{false};
     mutable std::mutex attached_mutex_;  // the map is read from any thread
     std::unordered_map<std::uint32_t, attached> attached_connections_;
+    // Receives that failed before their QP's connection attached (its peer
+    // sent before the accept was complete): the connection is shut down as
+    // it attaches. Recent ones only (a QP number is reused later), at most
+    // 256; under attached_mutex_.
+    struct early_failure {
+        std::string why;
+        std::chrono::steady_clock::time_point when{};
+    };
+    static constexpr std::chrono::seconds early_failure_memory{60};
+    std::unordered_map<std::uint32_t, early_failure> failed_before_attach_;
     std::shared_ptr<waiter_queue<ended_connection>> ends_;
 };
 
