@@ -47,6 +47,7 @@ namespace cordma {
 
 namespace detail {
 class stream_state;
+struct stream_accepts;
 }
 
 struct CORDMA_API stream_options {
@@ -138,24 +139,25 @@ class CORDMA_API stream_listener {
 public:
     stream_listener() = default;
 
-    /// The next stream a client opened. A client that is not a stream
-    /// client, or whose hello does not come within the builder's
-    /// connect_timeout, is refused (logged) and the accept goes on waiting.
-    /// Throws operation_cancelled if `token` stops first, disconnected_error
-    /// once closed.
+    /// The next stream a client opened. From the first accept() on, the
+    /// listener takes clients as they come and each one's hello runs on
+    /// its own: a client that is not a stream client, or whose hello does
+    /// not come within the builder's connect_timeout, is refused (logged)
+    /// and holds up no other; streams opened while no accept() waits are
+    /// kept for the next. Throws operation_cancelled if `token` stops
+    /// first, disconnected_error once closed.
     task<stream> accept(std::stop_token token = {});
     /// The address it listens on, "ip:port".
     const std::string& address() const;
+    /// Stops listening; streams not yet accepted are closed. (The last copy
+    /// of a listener going closes it too.)
     void close();
 
 private:
     friend class stream;
-    stream_listener(builder b, listener l, stream_options options)
-        : builder_(std::move(b)), listener_(std::move(l)), options_(options) {}
+    stream_listener(builder b, listener l, stream_options options);
 
-    builder builder_;
-    listener listener_;
-    stream_options options_;
+    std::shared_ptr<detail::stream_accepts> accepts_;
 };
 
 }  // namespace cordma

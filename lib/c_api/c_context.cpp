@@ -117,7 +117,7 @@ void schedule_tick(cordma_context* ctx, std::shared_ptr<call_state> st) {
 /// receives inline up to its own buffer_size and sends inline up to the
 /// peer's.
 task<std::shared_ptr<peer_state>> open_peer(cordma_context* ctx, cordma::connection conn, std::string address,
-                                            std::stop_token token) {
+                                            std::stop_token token, bool accepting) {
     int index;
     {
         std::lock_guard lock(ctx->peers_mutex);
@@ -131,7 +131,7 @@ task<std::shared_ptr<peer_state>> open_peer(cordma_context* ctx, cordma::connect
     link_terms theirs;
     try {
         theirs = co_await exchange_hello(conn, &queue, pool, c_api_hello_mark, mine,
-                                         std::chrono::milliseconds(ctx->config.connect_timeout_ms), token);
+                                         std::chrono::milliseconds(ctx->config.connect_timeout_ms), token, accepting);
     } catch (const std::system_error& e) {
         if (e.code() != std::errc::protocol_error)
             throw;
@@ -152,7 +152,7 @@ task<int> connect_task(cordma_context* ctx, std::string address) {
     int index = -1;
     try {
         std::stop_token token = call_token(*ctx);
-        std::shared_ptr<peer_state> p = co_await open_peer(ctx, c, address, token);
+        std::shared_ptr<peer_state> p = co_await open_peer(ctx, c, address, token, false);
         index = p->index;
     } catch (...) {
         error = std::current_exception();
@@ -173,7 +173,7 @@ task<int> accept_task(cordma_context* ctx) {
         bool cancelled = false;
         int index = -1;
         try {
-            std::shared_ptr<peer_state> p = co_await open_peer(ctx, c, who, token);
+            std::shared_ptr<peer_state> p = co_await open_peer(ctx, c, who, token, true);
             index = p->index;
         } catch (const operation_cancelled&) {
             cancelled = true;

@@ -29,7 +29,7 @@ const char* module_of(std::uint64_t mark) {
 
 task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, std::shared_ptr<memory_pool> pool,
                                 std::uint64_t mark, link_terms mine, std::chrono::milliseconds timeout,
-                                std::stop_token token) {
+                                std::stop_token token, bool accepting) {
     local_mr hello = pool->allocate(wire::header_size);
     wire::header h;
     h.type = wire::frame::hello;
@@ -38,7 +38,8 @@ task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, s
     h.addr = mine.inline_size;
     wire::encode(h, std::span<std::byte, wire::header_size>(hello.data(), wire::header_size));
     local_slice bytes = hello.all();
-    co_await conn.send(bytes);
+    if (!accepting)
+        co_await conn.send(bytes);
 
     received_message m = co_await queue->next(timeout, token);
     std::string why;
@@ -52,10 +53,12 @@ task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, s
     link_terms t;
     t.window = theirs->seq;
     t.inline_size = static_cast<std::size_t>(theirs->addr);
-    if (t.window < 2 || t.window > 4096)
+    if (t.window < 2 || t.window > largest_peer_window)
         refuse("its window of " + std::to_string(t.window) + " frames is out of range");
     if (t.inline_size < smallest_inline || t.inline_size > largest_inline)
         refuse("its inline size of " + std::to_string(t.inline_size) + " bytes is out of range");
+    if (accepting)
+        co_await conn.send(bytes);
     co_return t;
 }
 

@@ -28,6 +28,11 @@ inline constexpr std::uint64_t stream_hello_mark = 0x5354524d00000001ull; // "ST
 /// The inline sizes a link takes (a side's receives hold one frame each).
 inline constexpr std::size_t smallest_inline = 64;
 inline constexpr std::size_t largest_inline = std::size_t(1) << 20;
+/// The largest window a hello may offer: what stream_options and the C
+/// API's configuration allow. The peer's window and inline size size this
+/// side's send slots (peer_link::slot_count x frame_size), so a larger one
+/// would let a peer make this side register up to 8 GiB.
+inline constexpr std::uint32_t largest_peer_window = 60;
 
 /// What one side's hello says.
 struct link_terms {
@@ -37,10 +42,16 @@ struct link_terms {
 
 /// Sends `mine` and takes the peer's hello from `queue` within `timeout`;
 /// throws std::system_error (protocol_error) saying what is wrong with it
-/// (another module's mark, a window or size out of range).
+/// (another module's mark, a window or size out of range). The accepting
+/// side (`accepting`) takes the peer's hello first and then answers: the
+/// connecting side posts its receives before it sends, so the answer
+/// always finds one. Sent at once, it could arrive while the connecting
+/// side is still connecting the agent's control QP (connect() returns only
+/// then), and under load that outlasted the receiver-not-ready retries
+/// (builder::rnr_retry, 6 x 655 ms): the client was refused.
 task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, std::shared_ptr<memory_pool> pool,
                                 std::uint64_t mark, link_terms mine, std::chrono::milliseconds timeout,
-                                std::stop_token token);
+                                std::stop_token token, bool accepting);
 
 /// The link both hellos describe: receives from `queue` (already sized for
 /// mine: receive_count(mine.window) of frame_size(mine.inline_size)), send

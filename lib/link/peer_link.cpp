@@ -63,6 +63,16 @@ task<void> peer_link::dispatch() {
             if (abort_received_)
                 co_return;
         }
+    } catch (const work_completion_error& e) {
+        // Flushed: the connection is closing (below). Any other failure of
+        // a receive is the peer's frame not fitting it (rxe says
+        // IBV_WC_LOC_QP_OP_ERR, other devices IBV_WC_LOC_LEN_ERR).
+        if (e.status() == IBV_WC_WR_FLUSH_ERR) {
+            connection_lost(e.what());
+            co_return;
+        }
+        failure = name_ + " sent a frame longer than the " + std::to_string(frame_size(receive_eager_)) +
+                  "-byte receive buffers (" + e.what() + ")";
     } catch (const std::exception& e) {
         // The connection is gone (closed by the peer once it was done, or
         // broken). What already arrived stays to be taken: a rank that

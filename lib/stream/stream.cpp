@@ -6,7 +6,9 @@
 #include <stdexcept>
 
 #include <cordma/error.hpp>
+#include <cordma/task_group.hpp>
 
+#include "engine/waiter_queue.hpp"
 #include "stream/stream_state.hpp"
 
 namespace cordma {
@@ -19,7 +21,7 @@ task<stream> stream::connect(builder b, std::string address, stream_options opti
     std::exception_ptr error;
     std::shared_ptr<stream_state> state;
     try {
-        state = co_await detail::open_stream(b, options, c, {});
+        state = co_await detail::open_stream(b, options, c, {}, false);
     } catch (...) {
         error = std::current_exception();
     }
@@ -96,32 +98,112 @@ stream_statistics stream::statistics() const { return checked("statistics").stat
 
 const cordma::connection& stream::connection() const { return checked("connection").connection(); }
 
-task<stream> stream_listener::accept(std::stop_token token) {
-    for (;;) {
-        cordma::connection c = co_await listener_.accept(token);
-        std::string who = c.peer();
-        std::shared_ptr<stream_state> state;
-        std::exception_ptr error;
-        bool cancelled = false;
+namespace detail {
+
+/// A stream_listener's state, shared by its copies: the listener, and the
+/// streams whose hellos have come, waiting for an accept(). From the first
+/// accept() on, one listener accept is always pending (take_clients) and
+/// each client's hello runs on its own (open_accepted), so a client that
+/// connects and never sends its hello holds up no other for its
+/// connect_timeout. The last copy going closes the listener, which ends
+/// take_clients.
+struct stream_accepts {
+    builder b;
+    listener l;
+    stream_options options;
+    std::shared_ptr<waiter_queue<std::shared_ptr<stream_state>>> ready;
+    bool taking = false;
+
+    ~stream_accepts() {
         try {
-            state = co_await detail::open_stream(builder_, options_, c, token);
-        } catch (const operation_cancelled&) {
-            cancelled = true;
-            error = std::current_exception();
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "cordma::stream_listener::accept: refused %s: %s\n", who.c_str(), e.what());
-            error = std::current_exception();
+            l.close();
+        } catch (...) {
         }
-        if (!error)
-            co_return stream(std::move(state));
-        co_await c.close();
-        if (cancelled)
-            std::rethrow_exception(error);
+    }
+};
+
+namespace {
+
+task<void> open_accepted(std::weak_ptr<stream_accepts> weak, builder b, stream_options options,
+                         cordma::connection c) {
+    std::string who = c.peer();
+    std::shared_ptr<stream_state> state;
+    std::string failure;
+    try {
+        state = co_await open_stream(b, options, c, {}, true);
+    } catch (const std::exception& e) {
+        failure = e.what();
+    }
+    if (state) {
+        std::optional<std::shared_ptr<stream_state>> refused = state;
+        if (auto a = weak.lock())
+            refused = a->ready->push(state);
+        if (refused)  // the listener closed meanwhile
+            co_await state->close();
+        co_return;
+    }
+    std::fprintf(stderr, "cordma::stream_listener::accept: refused %s: %s\n", who.c_str(), failure.c_str());
+    co_await c.close();
+}
+
+task<void> take_clients(std::weak_ptr<stream_accepts> weak, listener l, builder b, stream_options options) {
+    for (;;) {
+        cordma::connection c;
+        bool closed = false;
+        try {
+            c = co_await l.accept();
+        } catch (const std::exception&) {
+            closed = true;  // the listener was closed
+        }
+        if (closed) {
+            if (auto a = weak.lock())
+                for (auto& waiting : a->ready->close())
+                    spawn_detached(waiting->close(), [](std::exception_ptr) {});
+            co_return;
+        }
+        spawn_detached(open_accepted(weak, b, options, std::move(c)), [](std::exception_ptr) {});
     }
 }
 
-const std::string& stream_listener::address() const { return listener_.address(); }
+}  // namespace
 
-void stream_listener::close() { listener_.close(); }
+}  // namespace detail
+
+stream_listener::stream_listener(builder b, listener l, stream_options options)
+    : accepts_(std::make_shared<detail::stream_accepts>()) {
+    accepts_->ready = detail::waiter_queue<std::shared_ptr<stream_state>>::make(b.event_listener());
+    accepts_->b = std::move(b);
+    accepts_->l = std::move(l);
+    accepts_->options = options;
+}
+
+task<stream> stream_listener::accept(std::stop_token token) {
+    std::shared_ptr<detail::stream_accepts> a = accepts_;
+    if (!a)
+        throw std::logic_error("cordma::stream_listener::accept on an empty stream_listener");
+    auto listener_thread = a->b.event_listener();
+    if (!listener_thread->running_in_this_thread())
+        co_await listener_thread->schedule();
+    if (!a->taking) {
+        a->taking = true;
+        spawn_detached(detail::take_clients(a, a->l, a->b, a->options), [](std::exception_ptr) {});
+    }
+    std::optional<std::shared_ptr<stream_state>> s =
+        co_await a->ready->pop(std::move(token), "cordma::stream_listener::accept", a->l.address());
+    if (!s)
+        throw disconnected_error("cordma::stream_listener::accept", a->l.address(), "the listener is closed");
+    co_return stream(std::move(*s));
+}
+
+const std::string& stream_listener::address() const {
+    if (!accepts_)
+        throw std::logic_error("cordma::stream_listener::address on an empty stream_listener");
+    return accepts_->l.address();
+}
+
+void stream_listener::close() {
+    if (accepts_)
+        accepts_->l.close();
+}
 
 }  // namespace cordma

@@ -2,6 +2,7 @@
 #include "stream/stream_state.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -60,6 +61,9 @@ stream_state::stream_state(cordma::builder b, stream_options options, cordma::co
 void stream_state::fail(std::errc code, const std::string& why, int, bool tell_peers) {
     if (failure_)
         return;
+    // One line per stream that fails (a peer that broke the protocol, sent
+    // an abort, or went away mid-stream): a server has no other trace of it.
+    std::fprintf(stderr, "cordma::stream to %s: %s; closing it\n", peer_.c_str(), why.c_str());
     failure_.emplace(code, why);
     flushed_->close();
     if (!link_)
@@ -360,13 +364,13 @@ task<void> stream_state::close() {
 }
 
 task<std::shared_ptr<stream_state>> open_stream(cordma::builder b, stream_options options, cordma::connection conn,
-                                                std::stop_token token) {
+                                                std::stop_token token, bool accepting) {
     auto state = std::make_shared<stream_state>(b, options, conn);
     auto pool = b.pool();
     link_terms mine{options.window, options.inline_size};
     receive_queue queue(conn, peer_link::receive_count(mine.window), peer_link::frame_size(mine.inline_size), pool);
     link_terms theirs = co_await exchange_hello(conn, &queue, pool, stream_hello_mark, mine,
-                                                b.settings().connect_timeout, token);
+                                                b.settings().connect_timeout, token, accepting);
     state->set_link(open_link(state, 0, "stream peer " + conn.peer(), conn, std::move(queue), pool, mine, theirs));
     co_return state;
 }

@@ -103,8 +103,9 @@ private:
 };
 
 /// The stream's hello on a new connection, then its state and link.
+/// `accepting`: this side accepted the connection (it answers the hello).
 task<std::shared_ptr<stream_state>> open_stream(builder b, stream_options options, cordma::connection conn,
-                                                std::stop_token token);
+                                                std::stop_token token, bool accepting);
 
 /// stream_options out of range: std::invalid_argument naming the field.
 void check_stream_options(const stream_options& o, const char* call);
