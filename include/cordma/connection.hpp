@@ -89,9 +89,11 @@ struct CORDMA_API recv_result {
 namespace detail {
 
 /// Starts `op` on its connection: posts it, or queues it for a credit, from
-/// the event listener thread; from any other thread it hops there first.
+/// the event listener thread; from any other thread it hops there first,
+/// and fails it as cancelled there if `stop` (the token its canceller
+/// watches, null without one) was stopped meanwhile.
 /// Returns false if it finished at once (failed before posting).
-CORDMA_API bool start_operation(operation_base* op);
+CORDMA_API bool start_operation(operation_base* op, const std::stop_token* stop);
 /// The coroutine awaiting `op` is going away before its completion.
 CORDMA_API void abandon_operation(operation_base* op) noexcept;
 /// Fails `op` with operation_cancelled before it starts.
@@ -138,7 +140,7 @@ public:
             ticket = detail::next_cancellation_ticket();
             cancel_callback_.emplace(token_, detail::canceller{this, ticket});
         }
-        return detail::start_operation(this);
+        return detail::start_operation(this, cancel_callback_ ? &token_ : nullptr);
     }
     Result await_resume() {
         cancel_callback_.reset();

@@ -26,15 +26,23 @@ void canceller::operator()() const noexcept {
     }
 }
 
-bool start_operation(operation_base* op) {
+bool start_operation(operation_base* op, const std::stop_token* stop) {
     connection_state* state = op->connection;
     if (state->event_listener()->running_in_this_thread())
         return state->start(op);
-    // Awaited on another thread: hop to the listener once.
+    // Awaited on another thread: hop to the listener once. A stop requested
+    // meanwhile, from a third thread, posts its cancel from there: that can
+    // run before this start, find nothing to cancel, and the operation would
+    // then wait as if never stopped (a recv, for a message that may never
+    // come). So look at the token here too, as receive_queue's wait does.
     auto keep = state->shared_from_this();
-    keep->event_listener()->post([keep, op] {
-        if (!keep->start(op))
+    keep->event_listener()->post([keep, op, stop] {
+        if (stop != nullptr && stop->stop_requested()) {
+            cancel_before_start(op);
             op->continuation.resume();
+        } else if (!keep->start(op)) {
+            op->continuation.resume();
+        }
     });
     return true;
 }
