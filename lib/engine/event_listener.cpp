@@ -18,12 +18,34 @@
 #include "engine/cm_target.hpp"
 #include "verbs/check.hpp"
 
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace cordma {
 
 namespace {
 /// Drain passes (each up to a batch of completions) per wakeup before
 /// io_uring gets a look.
 constexpr unsigned drain_budget = 16;
+
+// liburing maps and unmaps a ring's queues with raw system calls, which
+// ThreadSanitizer does not see: to it, a ring mapped where an earlier
+// listener's ring was unmapped is that same memory, and the new listener
+// thread's first touch races the old thread's last (reported when the old
+// thread was detached, so never joined). The kernel orders the two: the old
+// mapping is gone before a new one can take its addresses. Tell TSan so, with
+// a release before a ring is unmapped and an acquire once one is mapped;
+// races between two threads on one live ring are still reported.
+#if defined(__SANITIZE_THREAD__)
+char ring_handover;
+void ring_mapped() noexcept { __tsan_acquire(&ring_handover); }
+void ring_unmapping() noexcept { __tsan_release(&ring_handover); }
+#else
+void ring_mapped() noexcept {}
+void ring_unmapping() noexcept {}
+#endif
+
 }  // namespace
 
 const char* to_string(polling_mode mode) noexcept {
@@ -76,6 +98,7 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
       ring_(std::make_unique<io_uring>()), wcs_(options.batch == 0 ? 32 : options.batch) {
     detail::check_errno_return(io_uring_queue_init(64, ring_.get(), 0),
                                [] { return std::string("io_uring_queue_init(entries=64)"); });
+    ring_mapped();
     wakeup_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wakeup_fd_ == -1) {
         int saved = errno;
@@ -105,6 +128,7 @@ event_listener::~event_listener() {
         delete entry;
     if (cm_channel_ != nullptr)
         rdma_destroy_event_channel(cm_channel_);
+    ring_unmapping();
     io_uring_queue_exit(ring_.get());
     close(wakeup_fd_);
 }
