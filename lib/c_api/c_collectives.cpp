@@ -140,8 +140,9 @@ extern "C" {
 int cordma_alltoall(cordma_context* ctx, const void* send_buf, void* recv_buf, size_t msg_size, cordma_order order) {
     return c_entry<int>("cordma_alltoall", "", -1, [&] {
         check_collective(ctx, send_buf, recv_buf, msg_size);
-        if (order != CORDMA_ORDER_SEQUENTIAL && order != CORDMA_ORDER_PAIRWISE)
-            throw c_failure(EINVAL, "order is " + std::to_string(static_cast<int>(order)) +
+        long long order_value = c_enum_value(order);
+        if (order_value != CORDMA_ORDER_SEQUENTIAL && order_value != CORDMA_ORDER_PAIRWISE)
+            throw c_failure(EINVAL, "order is " + std::to_string(order_value) +
                                         "; it must be CORDMA_ORDER_SEQUENTIAL or CORDMA_ORDER_PAIRWISE");
         std::lock_guard lock(ctx->call_mutex);
         return run_call(*ctx, all_to_all_task(ctx, send_buf, recv_buf, msg_size, order == CORDMA_ORDER_PAIRWISE),

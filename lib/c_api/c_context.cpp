@@ -44,12 +44,12 @@ void check_config(const cordma_config& c) {
         bad("port is " + std::to_string(c.port) +
             " but listen is false: only a listening context has a port of its own (cordma_connect takes the "
             "peer's); set listen = true, or leave port 0");
-    if (c.exchange != CORDMA_EXCHANGE_RDMA_CM && c.exchange != CORDMA_EXCHANGE_TCP)
-        bad("exchange is " + std::to_string(static_cast<int>(c.exchange)) +
-            "; it must be CORDMA_EXCHANGE_RDMA_CM or CORDMA_EXCHANGE_TCP");
-    if (c.polling != CORDMA_POLLING_EVENT && c.polling != CORDMA_POLLING_BUSY && c.polling != CORDMA_POLLING_YIELDING)
-        bad("polling is " + std::to_string(static_cast<int>(c.polling)) +
-            "; it must be CORDMA_POLLING_EVENT, _BUSY or _YIELDING");
+    long long exchange = c_enum_value(c.exchange);
+    if (exchange != CORDMA_EXCHANGE_RDMA_CM && exchange != CORDMA_EXCHANGE_TCP)
+        bad("exchange is " + std::to_string(exchange) + "; it must be CORDMA_EXCHANGE_RDMA_CM or CORDMA_EXCHANGE_TCP");
+    long long polling = c_enum_value(c.polling);
+    if (polling != CORDMA_POLLING_EVENT && polling != CORDMA_POLLING_BUSY && polling != CORDMA_POLLING_YIELDING)
+        bad("polling is " + std::to_string(polling) + "; it must be CORDMA_POLLING_EVENT, _BUSY or _YIELDING");
 }
 
 /// The name of the RDMA device whose interface has `address` (rdma_cm

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <cordma/builder.hpp>
@@ -137,6 +139,18 @@ void disarm_call(cordma_context& ctx) noexcept;
 /// `timeout_ms` -1 takes the context's (cordma_config.timeout_ms).
 template <class T>
 T run_call(cordma_context& ctx, task<T> body, const std::string& waiting_for, int timeout_ms = -1);
+
+/// The integer a C caller stored in an enum (a cordma_config field, an
+/// argument). C lets an enum hold any value of its integer type; C++ makes
+/// reading one outside the enumerators, as the enum type, undefined (and
+/// UBSan stops on it). So the value is looked at as an integer until it is
+/// known to be valid.
+template <class E>
+long long c_enum_value(const E& value) noexcept {
+    std::underlying_type_t<E> raw;
+    std::memcpy(&raw, &value, sizeof raw);
+    return static_cast<long long>(raw);
+}
 
 /// `ctx`, or c_failure EINVAL for NULL.
 cordma_context& checked_context(cordma_context* ctx);

@@ -1,5 +1,7 @@
 #include <cordma/event_listener.hpp>
 
+#include <cordma/error.hpp>
+
 #include <liburing.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -9,10 +11,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <future>
+#include <mutex>
 #include <utility>
 
 #include "engine/cm_target.hpp"
@@ -46,6 +51,44 @@ void ring_mapped() noexcept {}
 void ring_unmapping() noexcept {}
 #endif
 
+// Listener threads whose last handle went on their own thread: detached, so
+// nobody joins them, yet each still tears its listener down (what was posted
+// last, pending work failed, CQs, ring, device). A program that drops its
+// last handle that way and returns from main at once had exit's destructors
+// run under that teardown (a work_completion_error built from a destroyed
+// category crashed sharing_asan and agent_flow_asan at exit). So exit waits
+// for them, for at most 10 s, before any static of cordma's is destroyed.
+struct detached_threads {
+    std::mutex mutex;
+    std::condition_variable none_running;
+    int running = 0;
+};
+
+detached_threads& detached() {
+    static auto* threads = new detached_threads;  // never destroyed: exit uses it
+    return *threads;
+}
+
+thread_local bool detached_this_thread = false;
+
+void wait_for_detached_threads() noexcept {
+    detached_threads& d = detached();
+    std::unique_lock lock(d.mutex);
+    d.none_running.wait_for(lock, std::chrono::seconds(10), [&] { return d.running == 0; });
+}
+
+// exit runs atexit functions and static destructors in the reverse order of
+// their registration: the statics a teardown touches are made first, so
+// that the wait runs before their destructors.
+void wait_at_exit() noexcept {
+    static const bool registered = [] {
+        (void)work_completion_category();
+        (void)detached();
+        return std::atexit(wait_for_detached_threads) == 0;
+    }();
+    (void)registered;
+}
+
 }  // namespace
 
 const char* to_string(polling_mode mode) noexcept {
@@ -70,22 +113,37 @@ struct event_listener::handle {
         if (!listener)
             return;
         listener->request_stop();
-        if (listener->running_in_this_thread())
+        if (listener->running_in_this_thread()) {
+            detached_threads& d = detached();
+            std::lock_guard lock(d.mutex);
+            ++d.running;
+            detached_this_thread = true;
             listener->thread_.detach();
-        else if (listener->thread_.joinable())
+        } else if (listener->thread_.joinable()) {
             listener->thread_.join();
+        }
     }
 };
 
 std::shared_ptr<event_listener> event_listener::start(std::shared_ptr<device_context> device,
                                                       event_listener_options options) {
+    wait_at_exit();
     std::shared_ptr<event_listener> listener(new event_listener(std::move(device), options));
     std::promise<void> started;
     auto ready = started.get_future();
-    listener->thread_ = std::thread([self = listener, &started] {
+    listener->thread_ = std::thread([self = listener, &started]() mutable {
         self->thread_id_ = std::this_thread::get_id();
         started.set_value();
         self->run();
+        // The listener goes here (if this is its last reference), while an
+        // exit that has begun still waits for this thread.
+        self.reset();
+        if (detached_this_thread) {
+            detached_threads& d = detached();
+            std::lock_guard lock(d.mutex);
+            if (--d.running == 0)
+                d.none_running.notify_all();
+        }
     });
     ready.wait();
     auto h = std::make_shared<handle>();
