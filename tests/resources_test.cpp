@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -61,7 +62,18 @@ void gives_everything_back(const char* style, const std::function<void()>& body)
     auto before = test::current_resources();
     held = {};
     body();
+    // The last handle of a connection or listener can drop on the event
+    // listener's own thread (a coroutine finishing there); that thread then
+    // tears down on its own, a moment later. So the count is taken again
+    // until it matches, for at most 5 s.
+    auto closed = std::chrono::steady_clock::now();
     auto after = test::current_resources();
+    while (!(after == before) && std::chrono::steady_clock::now() - closed < std::chrono::seconds(5)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the kernel's count, bounded
+        after = test::current_resources();
+    }
+    auto settled = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - closed).count();
+    INFO("settled " << settled << " ms after the body returned");
     INFO(style << ": before " << before.to_string() << "; while open " << held.to_string() << "; after "
                << after.to_string());
     CHECK(held.qp > before.qp);
