@@ -201,10 +201,17 @@ TEST_CASE("a timer fires on time while completions never stop coming", "[operati
             std::atomic<std::uint64_t> done{0};
             auto began = std::chrono::steady_clock::now();
             std::chrono::steady_clock::time_point fired{};
-            auto timer = f.listener->call_after(std::chrono::milliseconds(200), [&] {
-                fired = std::chrono::steady_clock::now();
-                stop = true;
+            // call_after belongs to the listener thread: armed there.
+            std::shared_ptr<event_listener::timer> timer;
+            std::promise<void> armed;
+            f.listener->post([&] {
+                timer = f.listener->call_after(std::chrono::milliseconds(200), [&] {
+                    fired = std::chrono::steady_clock::now();
+                    stop = true;
+                });
+                armed.set_value();
             });
+            REQUIRE(armed.get_future().wait_for(std::chrono::seconds(10)) == std::future_status::ready);
             std::vector<task<void>> loops;
             for (std::size_t i = 0; i < workers; ++i)
                 loops.push_back([](connection c, local_slice from, local_slice into, remote_slice to,

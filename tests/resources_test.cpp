@@ -54,26 +54,38 @@ builder device_builder() {
 test::process_resources held;
 void note_held() { held = test::current_resources(); }
 
+/// The kernel's count, taken again every 20 ms until `settled` holds or 5 s
+/// have passed. The last handle of a connection or listener can drop on the
+/// event listener's own thread (a coroutine finishing there), which then
+/// tears down on its own a moment later, and a server's side of a connection
+/// goes when the client's disconnect reaches it.
+test::process_resources count_when(const std::function<bool(const test::process_resources&)>& settled,
+                                   double* waited_ms) {
+    auto from = std::chrono::steady_clock::now();
+    auto now = test::current_resources();
+    while (!settled(now) && std::chrono::steady_clock::now() - from < std::chrono::seconds(5)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the kernel's count, bounded
+        now = test::current_resources();
+    }
+    *waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - from).count();
+    return now;
+}
+
 /// Runs `body` once to warm up, then again between two counts that must
 /// match. The body calls note_held() while everything is open: that count
-/// must be higher, or the comparison would prove nothing.
+/// must be higher, or the comparison would prove nothing. "Before" is taken
+/// once the warm-up's queue pairs and rdma_cm ids are gone (they have no
+/// cache to stay in), so that its teardown is not counted in it.
 void gives_everything_back(const char* style, const std::function<void()>& body) {
+    auto initial = test::current_resources();
     body();
-    auto before = test::current_resources();
+    double before_ms = 0, after_ms = 0;
+    auto before = count_when(
+        [&](const test::process_resources& r) { return r.qp == initial.qp && r.cm_id == initial.cm_id; }, &before_ms);
     held = {};
     body();
-    // The last handle of a connection or listener can drop on the event
-    // listener's own thread (a coroutine finishing there); that thread then
-    // tears down on its own, a moment later. So the count is taken again
-    // until it matches, for at most 5 s.
-    auto closed = std::chrono::steady_clock::now();
-    auto after = test::current_resources();
-    while (!(after == before) && std::chrono::steady_clock::now() - closed < std::chrono::seconds(5)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the kernel's count, bounded
-        after = test::current_resources();
-    }
-    auto settled = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - closed).count();
-    INFO("settled " << settled << " ms after the body returned");
+    auto after = count_when([&](const test::process_resources& r) { return r == before; }, &after_ms);
+    INFO("before settled " << before_ms << " ms after the warm-up, after " << after_ms << " ms after the body");
     INFO(style << ": before " << before.to_string() << "; while open " << held.to_string() << "; after "
                << after.to_string());
     CHECK(held.qp > before.qp);

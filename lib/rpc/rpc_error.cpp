@@ -37,8 +37,11 @@ public:
 }  // namespace
 
 const std::error_category& rpc_category() noexcept {
-    static const category instance;
-    return instance;
+    // Never destroyed (like the standard library's own categories): an
+    // error made on an event listener thread still running while the
+    // program exits must find it alive.
+    static const category* instance = new category;
+    return *instance;
 }
 
 }  // namespace cordma::rpc

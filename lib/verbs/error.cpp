@@ -52,8 +52,12 @@ std::string describe(ibv_wc_status status, const char* operation, std::uint32_t 
 }  // namespace
 
 const std::error_category& work_completion_category() noexcept {
-    static const work_completion_category_impl category;
-    return category;
+    // Never destroyed (like the standard library's own categories): an
+    // operation flushed on an event listener thread still running while
+    // the program exits (a handshake finishing, a connection the program
+    // never dropped) builds its error after exit's destructors have run.
+    static const work_completion_category_impl* category = new work_completion_category_impl;
+    return *category;
 }
 
 // std::system_error appends ": " + message(); the full sentence is built here
