@@ -256,6 +256,14 @@ public:
     operation<void> read(std::span<const local_slice> sg_list, remote_slice remote, std::stop_token token = {});
 
     /// Atomically adds `add` to the 8-byte word at `remote`; yields its old value.
+    ///
+    /// On rxe (Soft-RoCE) only: under packet loss, with writes on the same
+    /// queue pair, rxe completes a few atomics without writing their old
+    /// value. cordma notices (the result word is poisoned before posting)
+    /// and throws std::system_error with std::errc::io_error saying so,
+    /// instead of yielding a stale value. The atomic was carried out on the
+    /// peer; read the word to learn where it stands. Applies to
+    /// compare_swap too.
     operation<std::uint64_t> fetch_add(remote_slice remote, std::uint64_t add, std::stop_token token = {});
     /// Atomically replaces the word at `remote` with `swap` if it equals
     /// `compare`; yields its old value (equal to `compare` when it swapped).

@@ -153,6 +153,8 @@ private:
     /// The error of an operation flushed by the QP's error state, naming
     /// the failure that broke the connection.
     std::exception_ptr flushed_error(const operation_base* op, const ibv_wc& wc) noexcept;
+    /// The error of an atomic rxe completed without its result.
+    std::exception_ptr atomic_result_lost(const operation_base* op) noexcept;
     void enqueue(operation_base* op) noexcept;
     void unlink(operation_base* op) noexcept;
     void promote_waiters(bool receive) noexcept;
@@ -170,6 +172,11 @@ private:
     work_slot* free_send_ = nullptr;
     work_slot* free_recv_ = nullptr;
     std::vector<std::uint64_t> atomic_results_;
+    // rxe (Soft-RoCE) can complete an atomic successfully without writing
+    // its result when packets are lost and writes share the QP (see
+    // atomic_result_lost in connection_state.cpp): on rxe each result slot
+    // is poisoned before the atomic is posted and checked at completion.
+    bool check_atomic_results_ = false;
     // Send requests posted during a drain pass, chained through wr.next,
     // waiting for the pass to end (event_listener::ring_after_drain).
     struct chain_bell : doorbell {
