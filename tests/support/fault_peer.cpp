@@ -246,7 +246,19 @@ task<void> serve_one(connection conn, server_state* st) {
             ++expect_message;
             if (h.flags & flag_bye) {
                 m.release();
-                co_await conn.send(reply.slice(0, sizeof h));  // the goodbye's answer
+                // The goodbye's answer. The client closes once it has it, and
+                // on a lossy link its disconnect can overtake the ACK of this
+                // send, which then completes flushed although it arrived: a
+                // failure here ends the connection as the client's close does
+                // (had the client not got it, the client fails the test).
+                bool answered = true;
+                try {
+                    co_await conn.send(reply.slice(0, sizeof h));
+                } catch (const std::exception&) {
+                    answered = false;
+                }
+                if (!answered)
+                    break;
                 // The client closes, not this side: closing here could reach
                 // it (the rdma_cm disconnect) before the acknowledgement of
                 // its goodbye, whose send would then be flushed, although
