@@ -12,7 +12,8 @@
 /// listener, protection domain, completion queues and memory pool. The
 /// builder may be copied: copies share them too. Settings changed after
 /// the first connect or listen apply to later connections only, except the
-/// device and the polling mode, which are fixed by then.
+/// device and the polling mode, which are fixed by then, and the pool's
+/// chunk and initial sizes, which are refused by then.
 
 #include <cordma/export.hpp>
 #include <chrono>
@@ -122,6 +123,18 @@ struct CORDMA_API connection_settings {
     /// (listen: at most 196 bytes). The peer reads it with
     /// connection::peer_private_data.
     std::vector<std::byte> private_data;
+    /// The size of each registration the builder's memory pool makes
+    /// (builder::pool(), and what cordma takes from it: the agent's
+    /// buffers, the regions it grants). Every registration pins its pages
+    /// and counts against the locked-memory limit (RLIMIT_MEMLOCK), so a
+    /// process under a small limit (a container's 8 MiB, or 64 KiB) needs
+    /// small chunks; a region larger than a chunk gets a chunk of its own.
+    /// At least 4096.
+    std::size_t pool_chunk_size = 4 << 20;
+    /// Bytes the pool registers as soon as the builder's shared pieces are
+    /// made (the first connect, listen or pool()), in whole chunks, so the
+    /// first allocations do not register; 0 (the default): as needed.
+    std::size_t pool_initial_size = 0;
     /// The shared receive queue the data QPs receive through (builder::
     /// shared_receives); null: each connection has its own receives
     /// (capacity.max_recv_wr of them).
@@ -199,22 +212,38 @@ public:
     /// see shared_receive_queue.hpp. An empty queue goes back to own
     /// receives. Refused with recv_queue_depth (which would do nothing).
     builder& shared_receives(const shared_receive_queue& queue);
+    /// The size of each registration of the builder's memory pool
+    /// (connection_settings::pool_chunk_size; default 4 MiB): ask for less
+    /// under a small locked-memory limit. Throws std::invalid_argument below
+    /// 4096, and std::logic_error once the pool exists (after the first
+    /// connect, listen or pool()), when it could no longer apply.
+    builder& pool_chunk_size(std::size_t bytes);
+    /// How much the pool registers up front (connection_settings::
+    /// pool_initial_size; default 0, as needed). Throws std::logic_error
+    /// once the pool exists.
+    builder& pool_initial_size(std::size_t bytes);
 
     const connection_settings& settings() const noexcept { return settings_; }
 
     /// Connects to a listener at `address` ("host:port"). The address is
     /// parsed and resolved (and the device opened) in the call itself, so
-    /// those errors throw at once; the handshake starts when awaited.
-    /// Throws std::invalid_argument for an address that does not parse,
-    /// std::system_error for a host that does not resolve, a connection
-    /// still refused when connect_timeout runs out
-    /// (std::errc::connection_refused) or no answer within it
-    /// (std::errc::timed_out), std::invalid_argument for a setting that
-    /// cannot apply (naming it), verbs_error for a device that does not
-    /// exist (listing those that do), std::errc::protocol_not_supported
-    /// when the peer does not match builder::agent (a plain server, or a
-    /// cordma listener with the other choice). The coroutine resumes on
-    /// the event listener thread.
+    /// those errors throw at once; the handshake starts when awaited. The
+    /// coroutine resumes on the event listener thread.
+    ///
+    /// Throws, at the call: std::invalid_argument for an address that does
+    /// not parse or a setting that cannot apply (naming it);
+    /// std::system_error with cordma::errc::host_not_found for a host that
+    /// does not resolve; verbs_error with cordma::errc::no_device when
+    /// there is no RDMA device, or not the one named (listing those there
+    /// are, and how to make one). When awaited: connect_error, whose code()
+    /// is std::errc::connection_refused (still refused when connect_timeout
+    /// runs out), std::errc::timed_out (no answer within it),
+    /// std::errc::host_unreachable (the message says which netdev the route
+    /// leaves through and whether an RDMA device is on it),
+    /// std::errc::protocol_not_supported (the peer does not match
+    /// builder::agent) or std::errc::connection_aborted; verbs_error with
+    /// cordma::errc::memlock_limit when registering the connection's
+    /// buffers passes the locked-memory limit.
     task<connection> connect(std::string address);
 
     /// Listens on `address` ("addr:port"; an empty addr or 0.0.0.0 for every
@@ -222,9 +251,15 @@ public:
     /// or in use.
     listener listen(std::string_view address);
 
-    /// The shared pieces, created on first use.
+    /// The event listener thread this builder's connections complete on,
+    /// started on first use (opening the device; verbs_error with
+    /// cordma::errc::no_device if there is none).
     std::shared_ptr<cordma::event_listener> event_listener();
+    /// The memory pool shared by this builder's connections (registered
+    /// with every access right), made on first use.
     std::shared_ptr<memory_pool> pool();
+    /// The protection domain of this builder's connections and pool, made
+    /// on first use.
     std::shared_ptr<protection_domain> pd();
 
 private:

@@ -260,8 +260,9 @@ public:
     /// On rxe (Soft-RoCE) only: under packet loss, with writes on the same
     /// queue pair, rxe completes a few atomics without writing their old
     /// value. cordma notices (the result word is poisoned before posting)
-    /// and throws std::system_error with std::errc::io_error saying so,
-    /// instead of yielding a stale value. The atomic was carried out on the
+    /// and throws std::system_error with cordma::errc::atomic_result_lost
+    /// (equal to std::errc::io_error) saying so, instead of yielding a
+    /// stale value. The atomic was carried out on the
     /// peer; read the word to learn where it stands. Applies to
     /// compare_swap too.
     operation<std::uint64_t> fetch_add(remote_slice remote, std::uint64_t add, std::stop_token token = {});

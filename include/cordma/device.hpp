@@ -15,7 +15,9 @@
 
 namespace cordma {
 
-/// The names of the RDMA devices this host has ("rxe0", "mlx5_0", ...).
+/// The names of the RDMA devices this host has ("rxe0", "mlx5_0", ...);
+/// empty on a host without any, including one whose kernel has no RDMA
+/// support at all. Throws verbs_error only if libibverbs fails otherwise.
 CORDMA_API std::vector<std::string> device_names();
 
 /// An open device. Shared: protection domains, completion queues and queue
@@ -23,8 +25,10 @@ CORDMA_API std::vector<std::string> device_names();
 class CORDMA_API device_context {
 public:
     /// Opens `name`, or with an empty name the first device that has an
-    /// active port. Throws verbs_error naming the devices that do exist when
-    /// `name` is not one of them, or when no device has an active port.
+    /// active port. Throws verbs_error with code() == cordma::errc::no_device
+    /// (equal to std::errc::no_such_device) when the host has no RDMA device
+    /// (saying how to make one), when `name` is not one of them (naming
+    /// those there are), or when no device has an active port.
     static std::shared_ptr<device_context> open(std::string_view name = {});
 
     /// The device of a context librdmacm opened (an rdma_cm_id's verbs).

@@ -126,7 +126,9 @@ CORDMA_API local_mr register_local_mr(std::shared_ptr<protection_domain> pd, voi
 class CORDMA_API memory_pool : public std::enable_shared_from_this<memory_pool> {
 public:
     /// A pool whose chunks are registered with `access` (local_write is
-    /// added: the verbs require it with remote write and atomics).
+    /// added: the verbs require it with remote write and atomics), each
+    /// `chunk_size` bytes (at least 4096; std::invalid_argument otherwise).
+    /// Nothing is registered until the first allocate() or reserve().
     static std::shared_ptr<memory_pool> create(std::shared_ptr<protection_domain> pd,
                                                access_flags access = access_flags::all,
                                                std::size_t chunk_size = 4 << 20);
@@ -144,8 +146,21 @@ public:
     /// such memory).
     local_mr allocate_zeroed(std::size_t size, std::size_t alignment = 64);
 
+    /// Registers chunks now until the pool holds at least `bytes`
+    /// (rounded up to whole chunks), so later allocations up to that much
+    /// do not register. Throws verbs_error as allocate does; chunks already
+    /// registered stay.
+    void reserve(std::size_t bytes);
+
+    /// Bytes handed out and not yet returned (rounded up to 64 each).
     std::size_t bytes_in_use() const;
+    /// Chunks registered so far.
     std::size_t chunk_count() const;
+    /// Bytes registered so far, over all chunks.
+    std::size_t bytes_registered() const;
+    /// The size of each registration (a region larger than it gets a chunk
+    /// of its own size).
+    std::size_t chunk_size() const noexcept { return chunk_size_; }
     access_flags access() const noexcept { return rights_; }
     const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
 
@@ -153,6 +168,7 @@ private:
     friend struct detail::mr_block;
     memory_pool(std::shared_ptr<protection_domain> pd, access_flags access, std::size_t chunk_size);
     void release(std::size_t chunk, std::size_t offset, std::size_t size) noexcept;
+    void add_chunk(std::size_t bytes, const char* call);  // mutex_ held
 
     struct chunk {
         std::byte* memory = nullptr;

@@ -21,7 +21,10 @@ namespace cordma {
 class CORDMA_API memory_region {
 public:
     /// Registers [address, address + length) with `access` access.
-    /// Throws verbs_error naming the length and the access on failure.
+    /// Throws verbs_error naming the length and the access on failure; when
+    /// the locked-memory limit (RLIMIT_MEMLOCK) is what refused it, code()
+    /// is cordma::errc::memlock_limit and the message gives the limit, the
+    /// bytes asked for and how to raise it.
     static memory_region register_memory(std::shared_ptr<protection_domain> pd, void* address,
                                          std::size_t length, access_flags access);
 

@@ -1,4 +1,5 @@
 #include <cordma/address.hpp>
+#include <cordma/error.hpp>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -88,8 +89,11 @@ socket_address resolve(const host_port& where, bool passive) {
     int rc = getaddrinfo(where.host.empty() ? nullptr : where.host.c_str(), port.c_str(), &hints, &result);
     if (rc != 0) {
         std::string why = rc == EAI_SYSTEM ? std::strerror(errno) : gai_strerror(rc);
-        throw std::system_error(std::make_error_code(std::errc::host_unreachable),
-                                "cannot resolve host '" + where.host + "': " + why);
+        // A name that does not resolve is not "no route to host": it gets
+        // its own code, and the message is the resolver's, whole.
+        throw std::system_error(make_error_code(errc::host_not_found),
+                                "cannot resolve host '" + where.host + "' (getaddrinfo: " + why +
+                                    "); check the name, or give an IP address");
     }
     socket_address out;
     // Prefer IPv4: RoCE GIDs for IPv4 are what most fabrics are set up with.

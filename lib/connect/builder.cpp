@@ -122,6 +122,30 @@ builder& builder::shared_receives(const shared_receive_queue& queue) {
     return *this;
 }
 
+builder& builder::pool_chunk_size(std::size_t bytes) {
+    if (bytes < 4096)
+        throw std::invalid_argument("builder::pool_chunk_size(" + std::to_string(bytes) +
+                                    "): must be at least 4096 (one page)");
+    std::lock_guard lock(shared_->mutex);
+    if (shared_->rt && bytes != settings_.pool_chunk_size)
+        throw std::logic_error("builder::pool_chunk_size(" + std::to_string(bytes) +
+                               "): the builder's pool already exists (made by the first connect, listen or pool()) "
+                               "with chunks of " + std::to_string(settings_.pool_chunk_size) +
+                               " bytes; set it before those");
+    settings_.pool_chunk_size = bytes;
+    return *this;
+}
+
+builder& builder::pool_initial_size(std::size_t bytes) {
+    std::lock_guard lock(shared_->mutex);
+    if (shared_->rt && bytes != settings_.pool_initial_size)
+        throw std::logic_error("builder::pool_initial_size(" + std::to_string(bytes) +
+                               "): the builder's pool already exists (made by the first connect, listen or pool()); "
+                               "set it before those");
+    settings_.pool_initial_size = bytes;
+    return *this;
+}
+
 builder& builder::agent_timeout(std::chrono::milliseconds limit) {
     if (limit.count() <= 0)
         throw std::invalid_argument("builder::agent_timeout(" + std::to_string(limit.count()) +

@@ -5,14 +5,20 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace cordma::detail {
 
 std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
+    if (settings.pool_chunk_size < 4096)
+        throw std::invalid_argument("connection_settings::pool_chunk_size=" + std::to_string(settings.pool_chunk_size) +
+                                    ": must be at least 4096 (one page)");
     auto rt = std::make_shared<runtime>();
     rt->event_listener = event_listener::start(device_context::open(settings.device), {.mode = settings.polling});
     rt->pd = protection_domain::create(rt->event_listener->device());
-    rt->pool = memory_pool::create(rt->pd);
+    rt->pool = memory_pool::create(rt->pd, access_flags::all, settings.pool_chunk_size);
+    if (settings.pool_initial_size != 0)
+        rt->pool->reserve(settings.pool_initial_size);
     rt->ledger = std::make_shared<agent_ledger>();
     rt->send_cq = rt->event_listener->create_cq(settings.cq_size);
     rt->recv_cq = rt->event_listener->create_cq(settings.cq_size);

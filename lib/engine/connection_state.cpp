@@ -519,7 +519,7 @@ void connection_state::note_failure(const char* what, const ibv_wc& wc) noexcept
 std::exception_ptr connection_state::atomic_result_lost(const operation_base* op) noexcept {
     try {
         return std::make_exception_ptr(std::system_error(
-            std::make_error_code(std::errc::io_error),
+            make_error_code(errc::atomic_result_lost),
             std::string(to_string(op->kind)) + " to " + peer_ +
                 ": the device reported it done but returned no old value (a fault of rxe, Soft-RoCE, when "
                 "packets are lost and writes share the queue pair). It was carried out on the peer; its old "

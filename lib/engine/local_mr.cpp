@@ -78,23 +78,9 @@ local_mr memory_pool::allocate(std::size_t size, std::size_t alignment) {
 
     std::lock_guard lock(mutex_);
     for (std::size_t index = 0;; ++index) {
-        if (index == chunks_.size()) {
-            std::size_t bytes = std::max(chunk_size_, (reserved + 4095) & ~std::size_t{4095});
-            chunk c;
-            c.memory = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
-            if (c.memory == nullptr)
-                detail::throw_verbs_error(ENOMEM, "memory_pool::allocate(size=" + std::to_string(size) +
-                                                      "): aligned_alloc(" + std::to_string(bytes) + ")");
-            c.size = bytes;
-            try {
-                c.registration = memory_region::register_memory(pd_, c.memory, bytes, rights_);
-            } catch (...) {
-                std::free(c.memory);
-                throw;
-            }
-            c.free.emplace(0, bytes);
-            chunks_.push_back(std::move(c));
-        }
+        if (index == chunks_.size())
+            add_chunk(std::max(chunk_size_, (reserved + 4095) & ~std::size_t{4095}),
+                      ("memory_pool::allocate(size=" + std::to_string(size) + ")").c_str());
         chunk& c = chunks_[index];
         for (auto it = c.free.begin(); it != c.free.end(); ++it) {
             auto [offset, length] = *it;
@@ -120,6 +106,41 @@ local_mr memory_pool::allocate(std::size_t size, std::size_t alignment) {
             return local_mr(std::move(block));
         }
     }
+}
+
+void memory_pool::add_chunk(std::size_t bytes, const char* call) {
+    chunk c;
+    c.memory = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
+    if (c.memory == nullptr)
+        detail::throw_verbs_error(ENOMEM, std::string(call) + ": aligned_alloc(" + std::to_string(bytes) + ")");
+    c.size = bytes;
+    try {
+        c.registration = memory_region::register_memory(pd_, c.memory, bytes, rights_);
+    } catch (...) {
+        std::free(c.memory);
+        throw;
+    }
+    c.free.emplace(0, bytes);
+    chunks_.push_back(std::move(c));
+}
+
+void memory_pool::reserve(std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    std::size_t have = 0;
+    for (const auto& c : chunks_)
+        have += c.size;
+    while (have < bytes) {
+        add_chunk(chunk_size_, ("memory_pool::reserve(bytes=" + std::to_string(bytes) + ")").c_str());
+        have += chunk_size_;
+    }
+}
+
+std::size_t memory_pool::bytes_registered() const {
+    std::lock_guard lock(mutex_);
+    std::size_t have = 0;
+    for (const auto& c : chunks_)
+        have += c.size;
+    return have;
 }
 
 void memory_pool::release(std::size_t chunk_index, std::size_t offset, std::size_t size) noexcept {

@@ -16,17 +16,39 @@ struct device_list_deleter {
 };
 using device_list = std::unique_ptr<ibv_device*[], device_list_deleter>;
 
+// Without the kernel's RDMA support (no /sys/class/infiniband_verbs)
+// ibv_get_device_list fails with ENOSYS; that means "no devices", as an
+// empty list does. Any other failure is an error.
+bool means_no_devices(int errno_value) { return errno_value == ENOSYS || errno_value == ENODEV || errno_value == ENOENT; }
+
 device_list get_device_list(int& count) {
     errno = 0;
+    count = 0;
     ibv_device** list = ibv_get_device_list(&count);
-    if (list == nullptr)
-        detail::throw_verbs_error(errno != 0 ? errno : ENODEV, "ibv_get_device_list()");
+    if (list == nullptr) {
+        int e = errno != 0 ? errno : ENODEV;
+        if (means_no_devices(e)) {
+            count = 0;
+            return device_list();
+        }
+        detail::throw_verbs_error(e, "ibv_get_device_list()");
+    }
     return device_list(list);
+}
+
+const char* const how_to_make_one =
+    "to make a Soft-RoCE device on a host whose kernel has rdma_rxe: `sudo modprobe rdma_rxe && sudo rdma link add "
+    "rxe0 type rxe netdev eth0` (eth0: the interface your peers are reached through), then check with "
+    "`rdma link` and `ibv_devices`; cordma's tools/doctor says what this host lacks, and tools/rxe-vm runs a program "
+    "on a VM with rxe0 where the kernel has no rdma_rxe";
+
+[[noreturn]] void no_device(const std::string& what) {
+    throw verbs_error(make_error_code(errc::no_device), what + "; " + how_to_make_one);
 }
 
 std::string join(const std::vector<std::string>& names) {
     if (names.empty())
-        return "none: is rdma_rxe loaded and an rxe link added (tools/rxe-vm does both)?";
+        return "none";
     std::string out;
     for (const auto& n : names)
         out += (out.empty() ? "" : ", ") + n;
@@ -63,9 +85,18 @@ std::shared_ptr<device_context> device_context::open(std::string_view name) {
     int count = 0;
     errno = 0;
     ibv_context** contexts = rdma_get_devices(&count);
-    if (contexts == nullptr)
-        detail::throw_verbs_error(errno != 0 ? errno : ENODEV,
-                                  "rdma_get_devices(): no RDMA device; devices here: " + join(device_names()));
+    if (contexts == nullptr || count == 0) {
+        int e = errno != 0 ? errno : ENODEV;
+        if (contexts != nullptr)
+            rdma_free_devices(contexts);
+        if (!means_no_devices(e) && contexts == nullptr)
+            detail::throw_verbs_error(e, "rdma_get_devices()");
+        no_device(std::string("device_context::open(") + (name.empty() ? "" : "name=" + std::string(name)) +
+                  "): this host has no RDMA device" +
+                  (e == ENOSYS ? " (its kernel has no RDMA support loaded: ibv_get_device_list() says " +
+                                     std::string(std::strerror(e)) + ")"
+                               : ""));
+    }
     std::unique_ptr<ibv_context*, void (*)(ibv_context**)> list(contexts, rdma_free_devices);
     std::vector<std::string> names;
     for (int i = 0; i < count; ++i) {
@@ -79,11 +110,15 @@ std::shared_ptr<device_context> device_context::open(std::string_view name) {
         return std::shared_ptr<device_context>(new device_context(context, device_name));
     }
     if (!name.empty())
-        detail::throw_verbs_error(ENODEV, "device_context::open(name=" + std::string(name) +
-                                              "): no such RDMA device; devices here: " + join(names));
-    detail::throw_verbs_error(ENODEV,
-                              "device_context::open(): no RDMA device with an active port; devices here: " +
-                                  join(names));
+        no_device("device_context::open(name=" + std::string(name) + "): no such RDMA device (builder::device); "
+                  "devices here: " + join(names));
+    // Devices exist but none is usable: that is a port to bring up, not a
+    // device to make.
+    throw verbs_error(make_error_code(errc::no_device),
+                      "device_context::open(): no RDMA device with an ACTIVE port; devices here: " + join(names) +
+                          " (`rdma link` shows each port's state: an rxe link is ACTIVE when its netdev is up "
+                          "(`ip link set eth0 up`); a hardware port needs its cable and, for InfiniBand, a subnet "
+                          "manager)");
 }
 
 std::shared_ptr<device_context> device_context::from_native(ibv_context* context) {

@@ -1,6 +1,7 @@
 #include "verbs/check.hpp"
 
 #include <cstdio>
+#include <string>
 
 namespace cordma {
 
@@ -35,6 +36,54 @@ class work_completion_category_impl : public std::error_category {
 public:
     const char* name() const noexcept override { return "cordma.work_completion"; }
     std::string message(int status) const override { return ibv_wc_status_str(static_cast<ibv_wc_status>(status)); }
+    std::error_condition default_error_condition(int status) const noexcept override {
+        switch (static_cast<ibv_wc_status>(status)) {
+        case IBV_WC_RETRY_EXC_ERR:
+            return std::errc::timed_out;
+        case IBV_WC_REM_ACCESS_ERR:
+        case IBV_WC_LOC_PROT_ERR:
+            return std::errc::permission_denied;
+        case IBV_WC_WR_FLUSH_ERR:
+            return std::errc::connection_aborted;
+        default:
+            return {status, *this};
+        }
+    }
+};
+
+class cordma_category_impl : public std::error_category {
+public:
+    const char* name() const noexcept override { return "cordma"; }
+    std::string message(int value) const override {
+        switch (static_cast<errc>(value)) {
+        case errc::no_device:
+            return "no RDMA device";
+        case errc::memlock_limit:
+            return "the locked-memory limit (RLIMIT_MEMLOCK) is too low";
+        case errc::host_not_found:
+            return "host not found";
+        case errc::protocol_violation:
+            return "the peer broke cordma's protocol";
+        case errc::atomic_result_lost:
+            return "the atomic was carried out but its old value was lost";
+        }
+        return "cordma error " + std::to_string(value);
+    }
+    std::error_condition default_error_condition(int value) const noexcept override {
+        switch (static_cast<errc>(value)) {
+        case errc::no_device:
+            return std::errc::no_such_device;
+        case errc::memlock_limit:
+            return std::errc::not_enough_memory;
+        case errc::protocol_violation:
+            return std::errc::protocol_error;
+        case errc::atomic_result_lost:
+            return std::errc::io_error;
+        case errc::host_not_found:
+            break;
+        }
+        return {value, *this};
+    }
 };
 
 std::string describe(ibv_wc_status status, const char* operation, std::uint32_t vendor_error,
@@ -57,6 +106,11 @@ const std::error_category& work_completion_category() noexcept {
     // the program exits (a handshake finishing, a connection the program
     // never dropped) builds its error after exit's destructors have run.
     static const work_completion_category_impl* category = new work_completion_category_impl;
+    return *category;
+}
+
+const std::error_category& cordma_category() noexcept {
+    static const cordma_category_impl* category = new cordma_category_impl;  // never destroyed, as above
     return *category;
 }
 

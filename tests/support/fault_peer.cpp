@@ -21,7 +21,7 @@
 //       surface: RC retransmission recovers lost and reordered packets.
 //       One exception, rxe's own: an atomic it completes without writing
 //       the old value (under loss, beside writes; connection_state.cpp's
-//       atomic_result_lost) fails with an io_error saying so. Those are
+//       atomic_result_lost) fails with cordma::errc::atomic_result_lost. Those are
 //       counted, and the fetch_add values never seen must equal their number.
 //   fault_peer pressure ADDR:PORT --ops N --fail-within MS [--reconnect]
 //       Keeps N writes and reads in flight (plus the echo the server counts
@@ -396,11 +396,8 @@ task<void> write_read_worker(connection conn, local_slice mine, local_slice back
 }
 
 /// An atomic rxe carried out but completed without its old value: cordma
-/// reports it as an io_error naming the fault (never as a wrong value).
-bool result_lost(const std::system_error& e) {
-    return e.code() == std::errc::io_error &&
-           std::string_view(e.what()).find("returned no old value") != std::string_view::npos;
-}
+/// reports it with its own error code (never as a wrong value).
+bool result_lost(const std::system_error& e) { return e.code() == cordma::errc::atomic_result_lost; }
 
 /// fetch_add on a shared word; every old value is recorded, and must be
 /// seen exactly once in all (or never, for an add whose result was lost).

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "connect/route_hint.hpp"
 #include "engine/shared_receive_state.hpp"
 #include "verbs/check.hpp"
 
@@ -30,9 +31,9 @@ std::vector<std::byte> private_data_of(const cm_event_copy& event) {
 }
 
 [[noreturn]] void throw_connect_failure(const std::string& peer, const char* step, const cm_event_copy* event,
-                                        std::chrono::milliseconds limit) {
+                                        std::chrono::milliseconds limit, const socket_address* where) {
     if (event == nullptr)
-        throw std::system_error(std::make_error_code(std::errc::timed_out),
+        throw connect_error(std::make_error_code(std::errc::timed_out),
                                 "connect to " + peer + ": timed out after " +
                                     std::to_string(limit.count() / 1000.0).substr(0, 4) + " s while " + step +
                                     " (builder::connect_timeout)");
@@ -40,7 +41,7 @@ std::vector<std::byte> private_data_of(const cm_event_copy& event) {
         // A cordma listener whose builder::agent differs says so; that is
         // final, unlike nothing listening yet.
         if (auto refusal = cm_refusal::from(*event))
-            throw std::system_error(
+            throw connect_error(
                 std::make_error_code(std::errc::protocol_not_supported),
                 "connect to " + peer + ": refused: " +
                     (refusal->reason == cm_refusal::listener_without_agent
@@ -50,13 +51,17 @@ std::vector<std::byte> private_data_of(const cm_event_copy& event) {
                            "the agent (builder::agent(true), the default), or listen with builder::agent(false)"));
     }
     if (event->type == RDMA_CM_EVENT_REJECTED)
-        throw std::system_error(std::make_error_code(std::errc::connection_refused),
+        throw connect_error(std::make_error_code(std::errc::connection_refused),
                                 "connect to " + peer + ": connection refused (nothing listening there, or the peer "
                                 "rejected it; " + describe(*event) + ")");
-    if (event->type == RDMA_CM_EVENT_UNREACHABLE || event->status == -ETIMEDOUT || event->status == -EHOSTUNREACH)
-        throw std::system_error(std::make_error_code(std::errc::host_unreachable),
-                                "connect to " + peer + ": unreachable while " + step + " (" + describe(*event) + ")");
-    throw std::system_error(std::make_error_code(std::errc::connection_aborted),
+    if (event->type == RDMA_CM_EVENT_UNREACHABLE || event->type == RDMA_CM_EVENT_ADDR_ERROR ||
+        event->status == -ETIMEDOUT || event->status == -EHOSTUNREACH || event->status == -ENETUNREACH) {
+        std::string hint = where != nullptr ? route_hint(*where) : std::string();
+        throw connect_error(std::make_error_code(std::errc::host_unreachable),
+                            "connect to " + peer + ": unreachable while " + step + " (" + describe(*event) + ")" +
+                                (hint.empty() ? "" : ": " + hint));
+    }
+    throw connect_error(std::make_error_code(std::errc::connection_aborted),
                             "connect to " + peer + ": " + step + " failed: " + describe(*event));
 }
 
@@ -86,7 +91,7 @@ std::pair<ibv_qp_attr, int> cm_attributes(rdma_cm_id* id, ibv_qp_state state, co
 
 void check_device(const runtime& rt, rdma_cm_id* id, const std::string& peer) {
     if (id->verbs != rt.event_listener->device()->native_handle())
-        throw std::system_error(std::make_error_code(std::errc::address_not_available),
+        throw connect_error(std::make_error_code(std::errc::address_not_available),
                                 "connection with " + peer + ": the address is on device " +
                                     ibv_get_device_name(id->verbs->device) + ", but the builder uses " +
                                     rt.event_listener->device()->name() + "; set builder::device");
@@ -123,16 +128,25 @@ task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settin
     auto expect = [&](rdma_cm_event_type wanted, const char* step) -> task<cm_event_copy> {
         auto event = co_await cm->next_event(left());
         if (!event || event->type != wanted)
-            throw_connect_failure(peer, step, event ? &*event : nullptr, settings.connect_timeout);
+            throw_connect_failure(peer, step, event ? &*event : nullptr, settings.connect_timeout, &where);
         co_return *event;
     };
     // At most 2 s per attempt: a host that is still booting leaves a failed
     // neighbour entry that one long resolution may never retry; the caller
     // tries again (host_unreachable) until the connect deadline.
     auto attempt = std::min(left(), address_attempt);
-    check_minus_one(rdma_resolve_addr(cm->id(), nullptr, const_cast<sockaddr*>(where.get()),
-                                      static_cast<int>(attempt.count())),
-                    [&] { return "rdma_resolve_addr(" + peer + ")"; });
+    if (rdma_resolve_addr(cm->id(), nullptr, const_cast<sockaddr*>(where.get()), static_cast<int>(attempt.count())) !=
+        0) {
+        // No route at all fails at once, rather than in an event.
+        int e = errno != 0 ? errno : EIO;
+        if (e == ENETUNREACH || e == EHOSTUNREACH) {
+            std::string hint = route_hint(where);
+            throw connect_error(std::make_error_code(std::errc::host_unreachable),
+                                "connect to " + peer + ": unreachable (rdma_resolve_addr: " + std::strerror(e) + ")" +
+                                    (hint.empty() ? "" : ": " + hint));
+        }
+        throw_verbs_error(e, "rdma_resolve_addr(" + peer + ")");
+    }
     co_await expect(RDMA_CM_EVENT_ADDR_RESOLVED, "resolving the address");
     check_device(*rt, cm->id(), peer);
     check_minus_one(rdma_resolve_route(cm->id(), static_cast<int>(left().count())),
@@ -164,7 +178,7 @@ task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settin
         auto reply = cm_reply::from(response);
         if (!reply) {
             rdma_reject(cm->id(), nullptr, 0);
-            throw std::system_error(std::make_error_code(std::errc::protocol_not_supported),
+            throw connect_error(std::make_error_code(std::errc::protocol_not_supported),
                                     "connect to " + peer +
                                         ": the peer accepted without cordma's reply, so it is not a cordma listener "
                                         "(a plain rdma_cm server?) and cannot serve the agent; connect to it with "
@@ -220,7 +234,7 @@ task<std::shared_ptr<queue_pair>> cm_accept_qp(std::shared_ptr<runtime> rt, cons
     }
     auto event = co_await cm->next_event(settings.connect_timeout);
     if (!event || event->type != RDMA_CM_EVENT_ESTABLISHED)
-        throw std::system_error(std::make_error_code(event ? std::errc::connection_aborted : std::errc::timed_out),
+        throw connect_error(std::make_error_code(event ? std::errc::connection_aborted : std::errc::timed_out),
                                 "accept from " + peer + ": " +
                                     (event ? describe(*event) : "no answer within builder::connect_timeout"));
     co_return qp;

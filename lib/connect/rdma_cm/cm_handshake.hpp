@@ -63,7 +63,7 @@ std::vector<std::byte> private_data_of(const cm_event_copy& event);
 
 /// "connect to 10.0.0.2:7471: ..." errors for a failed step.
 [[noreturn]] void throw_connect_failure(const std::string& peer, const char* step, const cm_event_copy* event,
-                                        std::chrono::milliseconds limit);
+                                        std::chrono::milliseconds limit, const socket_address* where = nullptr);
 
 /// The listening side's view of a new id: "10.0.0.1:50000".
 std::string peer_of(rdma_cm_id* id);

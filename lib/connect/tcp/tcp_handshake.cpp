@@ -56,7 +56,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
     try {
         remote = decode_endpoint_message(io->received);
     } catch (const std::invalid_argument& e) {
-        throw handshake_error(std::make_error_code(std::errc::protocol_error),
+        throw handshake_error(make_error_code(errc::protocol_violation),
                               who + ": malformed endpoint message from the peer: " + e.what());
     }
     // Both ends must agree on the agent; each side finds a mismatch in the
@@ -92,7 +92,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
         try {
             remote_control = decode_endpoint_message(io->received);
         } catch (const std::invalid_argument& e) {
-            throw handshake_error(std::make_error_code(std::errc::protocol_error),
+            throw handshake_error(make_error_code(errc::protocol_violation),
                                   who + ": malformed agent endpoint message from the peer: " + e.what());
         }
         control_options.mtu = std::min(mtu, remote_control.mtu);
@@ -132,7 +132,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
                          }),
           who, limit, "waiting for the peer to be ready");
     if (io->ready_received != ready_byte)
-        throw handshake_error(std::make_error_code(std::errc::protocol_error),
+        throw handshake_error(make_error_code(errc::protocol_violation),
                               who + ": malformed ready message from the peer: byte is " +
                                   std::to_string(io->ready_received) + ", expected " + std::to_string(ready_byte) +
                                   " ('R')");

@@ -72,10 +72,20 @@ void io_done::operator()(const asio::error_code& ec, std::size_t bytes) const {
     });
 }
 
-handshake_error::handshake_error(std::error_code code, std::string message)
-    : std::system_error(code), message_(std::move(message)) {}
+namespace {
 
-const char* handshake_error::what() const noexcept { return message_.c_str(); }
+// Asio reports socket errors in its own "asio.system" category, whose
+// values are errno values but which does not compare equal to std::errc;
+// cordma's errors are in the generic category, so that
+// `e.code() == std::errc::host_unreachable` holds whatever the transport.
+// (Asio's other categories, such as misc for EOF, are handled before this.)
+std::error_code generic(const asio::error_code& ec) {
+    if (ec.category() == asio::error::get_system_category() || ec.category() == std::system_category())
+        return {ec.value(), std::generic_category()};
+    return ec;
+}
+
+}  // namespace
 
 void check(const io_result& result, const std::string& who, std::chrono::milliseconds limit, const char* step) {
     if (result.timed_out)
@@ -87,7 +97,7 @@ void check(const io_result& result, const std::string& who, std::chrono::millise
                               who + ": the peer closed the TCP connection while " + step +
                                   " (is it a cordma peer using endpoint_exchange::tcp?)");
     if (result.ec)
-        throw handshake_error(result.ec, who + ": " + step + ": " + result.ec.message());
+        throw handshake_error(generic(result.ec), who + ": " + step + ": " + result.ec.message());
 }
 
 }  // namespace cordma::detail

@@ -47,6 +47,7 @@
 #include <asio/steady_timer.hpp>
 
 #include <cordma/address.hpp>
+#include <cordma/error.hpp>
 #include <cordma/event_listener.hpp>
 
 #include "connect/tcp/endpoint_message.hpp"
@@ -157,14 +158,8 @@ io_awaiter<Start> on_io(tcp_service& service, event_listener& listener, std::sha
 
 /// A handshake failure caused by the peer or the network (as opposed to a
 /// local verbs error): a listener drops that client and goes on accepting.
-class handshake_error : public std::system_error {
-public:
-    handshake_error(std::error_code code, std::string message);
-    const char* what() const noexcept override;
-
-private:
-    std::string message_;
-};
+/// Users catch it by its public name, cordma::connect_error.
+using handshake_error = connect_error;
 
 /// Throws handshake_error if `result` failed `step` (timed out, EOF, error).
 /// `who` is "connect to 10.0.0.2:7471" or "accept from 10.0.0.3:51234".
