@@ -63,6 +63,13 @@ for h in "$src"/include/cordma/*.hpp "$src"/include/cordma/*/*.hpp "$src"/includ
   [ -f "$incdir/$rel" ] || fail "header cordma/$rel was not installed (expected $incdir/$rel)"
 done
 [ ! -e "$incdir/meson.build" ] || fail "include/cordma/meson.build was installed with the headers"
+# The license and cordma-perf's manual page go with the library.
+license=$(find "$dest" -path '*/share/doc/cordma/LICENSE')
+[ -n "$license" ] || fail "LICENSE was not installed to <datadir>/doc/cordma"
+cmp -s "$license" "$src/LICENSE" || fail "the installed ${license#"$dest"} differs from LICENSE"
+if [ -e "$build/bench/cordma-perf" ]; then
+  [ -n "$(find "$dest" -path '*/man1/cordma-perf.1*')" ] || fail "cordma-perf is built but its man page (docs/cordma-perf.1) was not installed to <mandir>/man1"
+fi
 # Only the public API is installed: nothing from lib/ (private headers live
 # there), and nothing under include/cordma that is not in the source tree.
 while IFS= read -r h; do
@@ -137,6 +144,25 @@ case "$flags" in
   *) fail "pkg-config's flags for cordma do not point into the install: $flags" ;;
 esac
 step "pkg-config: $flags"
+# 3b. cordma.pc carries only what consumers need: no code-generation or
+# language flag (-std=c++20 would break C programs; -foptimize-sibling-calls
+# is the consumer's choice, README), and Requires only libibverbs, whose
+# header the public headers include. librdmacm, liburing and PMIx are
+# libcordma.so's own (Requires.private, for static links only).
+cflags=$(pkg-config --cflags cordma)
+for flag in -std= -foptimize-sibling-calls; do
+  case " $cflags " in
+    *" $flag"*) fail "pkg-config --cflags cordma forces $flag on every consumer: $cflags" ;;
+  esac
+done
+requires=$(pkg-config --print-requires cordma)
+[ "$requires" = libibverbs ] ||
+  fail "cordma.pc's Requires is '$(echo $requires)', expected libibverbs alone (the one library public headers include)"
+private=$(pkg-config --print-requires-private cordma)
+for p in librdmacm liburing; do
+  grep -qx "$p" <<<"$private" || fail "cordma.pc's Requires.private lacks $p, which a static link of libcordma needs: $(echo $private)"
+done
+step "pkg-config: cflags without -std= or -foptimize-sibling-calls; Requires: libibverbs; Requires.private: $(echo $private)"
 
 # 4. A user's program compiles and links against the install alone.
 # shellcheck disable=SC2086 # $flags is a list of flags

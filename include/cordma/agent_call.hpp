@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// Per-call limits of the memory-region agent's calls
 /// (connection::request_remote_mr and the rest): how long a call may wait,
 /// and a way to stop it early.
@@ -10,6 +11,13 @@
 
 namespace cordma {
 
+/// Limits of one agent call, given as its last argument
+/// (`conn.request_remote_mr(size, align, lease, access, {.timeout = 5s})`).
+/// The default waits for the connection's agent_timeout and cannot be
+/// stopped early. Whatever ends the call early (its timeout, its stop
+/// token), the connection stays up; what arrives afterwards is not lost
+/// (a requested grant is released at once, a region sent later goes to the
+/// next receive_remote_mr or receive_local_mr).
 struct CORDMA_API agent_call {
     /// No deadline at all: the call waits until it is answered, stopped or
     /// the connection goes.

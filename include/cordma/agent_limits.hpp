@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// What a peer may take from this side through the memory-region agent.
 
 #include <cordma/export.hpp>
@@ -9,6 +10,11 @@
 
 namespace cordma {
 
+/// The limits this side's agent enforces on what peers take: requests over
+/// them are refused with an answer naming the limit, and the peer's call
+/// throws. Set per builder (builder::agent_limits); every connection it makes
+/// or accepts uses them. The defaults suit a host with a few GiB to share;
+/// a server facing untrusted peers should lower them.
 struct CORDMA_API agent_limits {
     /// The largest region a peer may request.
     std::size_t max_region_size = 64 << 20;
@@ -28,6 +34,7 @@ struct CORDMA_API agent_limits {
     /// The longest lease granted; longer requests get this.
     std::chrono::milliseconds max_lease{600'000};
 
+    /// Field by field.
     friend bool operator==(const agent_limits&, const agent_limits&) = default;
 };
 

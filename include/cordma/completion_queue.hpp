@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// A completion channel (the fd that becomes readable when an armed CQ gets a
 /// completion) and a completion queue (ibv_cq).
 
@@ -19,13 +20,20 @@ class completion_queue;
 /// event loop (cordma's event_listener polls it through io_uring).
 class CORDMA_API completion_channel {
 public:
+    /// Creates a channel on `device` (which it keeps alive) and makes its fd
+    /// non-blocking. Throws verbs_error naming ibv_create_comp_channel or
+    /// fcntl and the device when either fails.
     static std::shared_ptr<completion_channel> create(std::shared_ptr<device_context> device);
 
     ~completion_channel();
     completion_channel(const completion_channel&) = delete;
     completion_channel& operator=(const completion_channel&) = delete;
 
+    /// The libibverbs channel, for verbs calls cordma does not wrap; owned
+    /// by this object, valid while it lives.
     ibv_comp_channel* native_handle() const noexcept { return channel_; }
+    /// The channel's non-blocking fd: readable when an armed CQ of this
+    /// channel has a completion. Watch it, do not close it.
     int fd() const noexcept { return channel_->fd; }
 
     /// Takes one pending event off the channel: the CQ that fired (its
@@ -45,6 +53,10 @@ private:
 /// channel's fd reports the next completion; without one it can only be polled.
 class CORDMA_API completion_queue {
 public:
+    /// Creates a CQ of at least `entries` entries on `device`, reporting to
+    /// `channel` when armed (none: poll only). Keeps both alive. Throws
+    /// verbs_error naming ibv_create_cq, the device and the entries (a
+    /// device caps entries at its max_cqe).
     static std::shared_ptr<completion_queue> create(std::shared_ptr<device_context> device, int entries,
                                                     std::shared_ptr<completion_channel> channel = nullptr);
 
@@ -52,12 +64,18 @@ public:
     completion_queue(const completion_queue&) = delete;
     completion_queue& operator=(const completion_queue&) = delete;
 
+    /// The libibverbs CQ, owned by this object, valid while it lives.
     ibv_cq* native_handle() const noexcept { return cq_; }
+    /// The entries the device gave it (at least those asked for).
     int entries() const noexcept { return cq_->cqe; }
+    /// The device the CQ was created on.
     const std::shared_ptr<device_context>& device() const noexcept { return device_; }
+    /// The channel it reports to when armed, or nullptr (poll only).
     const std::shared_ptr<completion_channel>& channel() const noexcept { return channel_; }
 
-    /// Polls up to out.size() completions; returns how many were written.
+    /// Polls up to out.size() completions; returns how many were written
+    /// (0: none pending). Does not block. Throws verbs_error naming
+    /// ibv_poll_cq and the device if the device reports an error.
     int poll(std::span<ibv_wc> out) {
         int n = ibv_poll_cq(cq_, static_cast<int>(out.size()), out.data());
         if (n < 0) [[unlikely]]

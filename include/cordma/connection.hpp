@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// An RC connection and its awaitable operations.
 ///
 /// Every operation follows one contract:
@@ -82,7 +83,12 @@ namespace cordma {
 /// What a receive got: how many bytes landed, and the immediate value if
 /// the sender attached one (send_with_imm, write_with_imm).
 struct CORDMA_API recv_result {
+    /// recv: the bytes of the message, written into the receive's buffers
+    /// in order from the first slice. recv_imm: the length the device
+    /// reports for the peer's write (its data went where the writer aimed
+    /// it, not into a receive buffer).
     std::size_t length = 0;
+    /// The sender's immediate value, or nothing for a plain send.
     std::optional<std::uint32_t> imm;
 };
 
@@ -129,7 +135,14 @@ public:
             detail::abandon_operation(this);
     }
 
+    /// Never ready: the operation starts in await_suspend.
     bool await_ready() const noexcept { return false; }
+    /// Starts the operation (posts it, queues it for room in the send or
+    /// receive queue, or hops to the event listener thread first when
+    /// awaited from another thread) and arms the stop token's callback.
+    /// Returns false, resuming the caller at once, when the operation ended
+    /// before it was posted (stop already requested, the connection already
+    /// failed).
     bool await_suspend(std::coroutine_handle<> h) {
         continuation = h;
         if (token_.stop_possible()) {
@@ -142,6 +155,13 @@ public:
         }
         return detail::start_operation(this, cancel_callback_ ? &token_ : nullptr);
     }
+    /// What the operation produced: nothing for send, write and read; a
+    /// recv_result for recv and recv_imm; the word's old value for
+    /// fetch_add and compare_swap. Throws what the operation failed with:
+    /// work_completion_error (a failed work completion: status, operation,
+    /// peer), disconnected_error (the connection broke before or while it
+    /// ran), operation_cancelled (its stop token), std::system_error
+    /// (message_size: a message larger than the receive's buffers).
     Result await_resume() {
         cancel_callback_.reset();
         if (error || status != IBV_WC_SUCCESS) [[unlikely]]
@@ -202,6 +222,9 @@ public:
     static connection adopt(std::shared_ptr<cordma::event_listener> event_listener, std::shared_ptr<queue_pair> qp,
                             std::string peer);
 
+    /// False for an empty (default-constructed or moved-from) handle. Says
+    /// nothing about the connection's health: a broken connection is still
+    /// a non-empty handle whose operations throw disconnected_error.
     explicit operator bool() const noexcept { return state_ != nullptr; }
     /// The other side, as errors name it ("10.0.0.2:7471").
     const std::string& peer() const;

@@ -1,4 +1,4 @@
-/*
+/** \file
  * cordma's C API: RDMA for C programs, without verbs and without C++.
  *
  *     cordma_config config;

@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// Everything cordma offers, in one include (except <cordma/asio.hpp>, which
 /// needs Asio and is included on its own by programs that use it).
 ///

@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// The event listener: one thread per device context that owns its completion
 /// queues, waits for their completion channel (and any other fd it is asked to
 /// watch) through io_uring, and resumes the coroutines whose operations
@@ -41,9 +42,14 @@ enum class polling_mode {
     yielding,
 };
 
+/// "event", "busy", "adaptive" or "yielding": for messages and reports.
+/// The string is static.
 CORDMA_API const char* to_string(polling_mode mode) noexcept;
 
+/// How an event listener runs, fixed when it starts (event_listener::start,
+/// builder::polling).
 struct CORDMA_API event_listener_options {
+    /// How the thread waits for completions (default: sleep until signalled).
     polling_mode mode = polling_mode::event;
     /// Adaptive mode: how long to keep polling after the last completion.
     std::chrono::microseconds spin{100};
@@ -51,9 +57,25 @@ struct CORDMA_API event_listener_options {
     unsigned batch = 32;
 };
 
+/// The thread that runs a device's completions: it polls the completion
+/// queues made through it (create_cq), watches their channel, the rdma_cm
+/// event channel and any fd handed to it through io_uring, and resumes each
+/// coroutine whose operation completed, inline, on its own thread. Every
+/// connection of a builder shares the builder's listener. Shared: the user,
+/// every CQ and every connection hold a reference; the thread stops with
+/// the last one.
+///
+/// Thread-safe: post(), schedule(), running_in_this_thread(), sleeps() and
+/// the accessors. The rest is for the event listener thread only (as each
+/// says): the engine's hooks, public because cordma's own modules and
+/// white-box tests use them.
 class CORDMA_API event_listener : public std::enable_shared_from_this<event_listener> {
 public:
-    /// Starts the event listener thread for `device`.
+    /// Starts the event listener thread for `device` (which it keeps
+    /// alive). Throws verbs_error naming the call when the completion
+    /// channel, io_uring (io_uring_queue_init: a kernel without
+    /// io_uring, or io_uring disabled by sysctl or seccomp) or the eventfd
+    /// cannot be made.
     static std::shared_ptr<event_listener> start(std::shared_ptr<device_context> device,
                                                  event_listener_options options = {});
 
@@ -64,7 +86,9 @@ public:
     event_listener(const event_listener&) = delete;
     event_listener& operator=(const event_listener&) = delete;
 
+    /// The device whose completions it runs.
     const std::shared_ptr<device_context>& device() const noexcept { return device_; }
+    /// The options it was started with.
     const event_listener_options& options() const noexcept { return options_; }
 
     /// A completion queue served by this listener: each completion's wr_id
@@ -107,7 +131,10 @@ public:
     /// A pending call_after. cancel() (event listener thread only) stops it from
     /// running; the timer itself expires harmlessly later.
     struct timer {
+        /// Set by cancel(); the timer's function is skipped when set.
         bool cancelled = false;
+        /// Stops the function from running (event listener thread only;
+        /// harmless after it ran).
         void cancel() noexcept { cancelled = true; }
     };
     /// Runs `fn` on the event listener thread after `delay`, through an io_uring

@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// CORDMA_API marks what libcordma.so exports. The library is built with
 /// hidden visibility (-fvisibility=hidden -fvisibility-inlines-hidden), so
 /// everything else, Asio and cordma's internals included, stays inside it:
@@ -8,6 +9,9 @@
 #if defined(CORDMA_STATIC)
 #define CORDMA_API
 #else
+/// Exports the class or function it marks from libcordma.so (default
+/// visibility). Empty when CORDMA_STATIC is defined, for a static build of
+/// the library. Only cordma's own headers use it.
 #define CORDMA_API __attribute__((visibility("default")))
 #endif
 

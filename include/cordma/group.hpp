@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// A group: N processes, one per rank, joined by a full mesh of RC
 /// connections (each with its agent), and collectives over it.
 ///
@@ -71,8 +72,12 @@ class group_bootstrap;
 /// (and their endpoints) and what each side did.
 class CORDMA_API group_error : public std::system_error {
 public:
+    /// An error with `code` (one of those above), `message` as its what(),
+    /// and the ranks at fault.
     group_error(std::errc code, std::string message, std::vector<int> ranks = {})
         : std::system_error(std::make_error_code(code)), message_(std::move(message)), ranks_(std::move(ranks)) {}
+    /// The message alone (naming the call, the ranks and what each did),
+    /// without the code's text appended as std::system_error would.
     const char* what() const noexcept override { return message_.c_str(); }
     /// The ranks at fault (that never came, that died, that called
     /// something else); empty when it is this rank's own deadline or stop.
@@ -150,11 +155,18 @@ struct CORDMA_API group_call {
     std::stop_token stop{};
 };
 
-enum class reduce_op { sum, min, max };
+/// What reduce and all_reduce compute for each element, over all ranks.
+enum class reduce_op {
+    sum,  ///< the sum
+    min,  ///< the smallest value
+    max,  ///< the largest value
+};
 
 /// The element types reductions work on.
 enum class element_type { i8, u8, i16, u16, i32, u32, i64, u64, f32, f64 };
 
+/// The element_type of T (8- to 64-bit integers, float, double): what the
+/// typed reduce<T> and all_reduce<T> pass. Any other T fails to compile.
 template <class T>
 constexpr element_type element_type_of() {
     if constexpr (std::is_same_v<T, std::int8_t>) return element_type::i8;
@@ -180,6 +192,11 @@ enum class all_to_all_order {
     sequential,
 };
 
+/// A fully connected mesh of N processes (ranks), with collectives over it
+/// (the contract is at the top of this header): every rank forms it with
+/// the same options, then makes the same collective calls in the same
+/// order. A cheap handle: copies share the group, whose connections close
+/// with the last copy or close().
 class CORDMA_API group {
 public:
     /// An empty handle: every call but operator bool throws std::logic_error.
@@ -194,8 +211,12 @@ public:
     /// peer belongs to another group.
     static task<group> form(builder b, group_options options);
 
+    /// False for an empty (default-constructed or moved-from) handle; says
+    /// nothing about whether the group is still whole.
     explicit operator bool() const noexcept { return state_ != nullptr; }
+    /// This process's rank, 0 to size() - 1.
     int rank() const;
+    /// How many ranks the group has (N).
     int size() const;
     /// The connection to rank `r` (r != rank()): an ordinary connection,
     /// every operation and the agent available. Its receives belong to the
@@ -233,10 +254,14 @@ public:
     /// As reduce, with the result in every rank's `recv`.
     task<void> all_reduce(local_slice send, local_slice recv, element_type type, reduce_op op, group_call call = {});
 
+    /// reduce on an array of T: `co_await g.reduce<float>(send, recv,
+    /// reduce_op::sum, 0)`.
     template <class T>
     task<void> reduce(local_slice send, local_slice recv, reduce_op op, int root, group_call call = {}) {
         return reduce(std::move(send), std::move(recv), element_type_of<T>(), op, root, std::move(call));
     }
+    /// all_reduce on an array of T: `co_await g.all_reduce<std::int64_t>(send,
+    /// recv, reduce_op::max)`.
     template <class T>
     task<void> all_reduce(local_slice send, local_slice recv, reduce_op op, group_call call = {}) {
         return all_reduce(std::move(send), std::move(recv), element_type_of<T>(), op, std::move(call));

@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// A listening rdma_cm id (or TCP acceptor): accepts connections from as
 /// many clients as arrive.
 
@@ -17,8 +18,14 @@ class acceptor;
 struct listener_access;
 }
 
+/// Accepts connections: made by builder::listen, which binds and starts
+/// listening at once (clients may connect from then on; their handshakes
+/// wait for an accept). A cheap handle: copies share one listening
+/// endpoint, which closes with the last copy or close(). Accepted
+/// connections outlive it.
 class CORDMA_API listener {
 public:
+    /// An empty handle: accept() and address() throw std::logic_error.
     listener() = default;
 
     /// Waits for the next client and completes its handshake. Lazy; resumes

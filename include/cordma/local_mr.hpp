@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// Local memory regions: registered memory this process owns, handed out by a
 /// memory_pool (or wrapping a caller's own buffer), and slices of them.
 ///
@@ -56,19 +57,30 @@ struct CORDMA_API mr_block {
 /// region's memory alive.
 class CORDMA_API local_slice {
 public:
+    /// An empty slice (no region, 0 bytes); operations refuse it.
     local_slice() = default;
+    /// `size` bytes at `data` inside `block`, sharing its ownership. Made by
+    /// local_mr and slice(); users take slices from those, not from here.
     local_slice(std::shared_ptr<detail::mr_block> block, std::byte* data, std::size_t size) noexcept
         : block_(std::move(block)), data_(data), size_(size) {}
 
+    /// The first byte; valid while this slice (or any owner of the region)
+    /// lives.
     std::byte* data() const noexcept { return data_; }
+    /// Its length in bytes.
     std::size_t size() const noexcept { return size_; }
+    /// The bytes, to fill before a send or write and read after a recv or
+    /// read completes (not while an operation naming them is in flight).
     std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+    /// The region's local key. Precondition: not an empty slice.
     std::uint32_t lkey() const noexcept { return block_->lkey; }
+    /// The region it belongs to (shared ownership); nullptr when empty.
     const std::shared_ptr<detail::mr_block>& block() const noexcept { return block_; }
 
     /// A sub-range; std::out_of_range (naming the region, offset and length)
     /// if it does not fit.
     local_slice slice(std::size_t offset, std::size_t length) const;
+    /// From `offset` to the end; std::out_of_range if `offset` is past it.
     local_slice slice(std::size_t offset) const { return slice(offset, offset <= size_ ? size_ - offset : 0); }
 
     /// This range as the peer must name it (needs remote access on the region).
@@ -86,25 +98,46 @@ private:
 /// its slices (and operations in flight) share ownership of the memory.
 class CORDMA_API local_mr {
 public:
+    /// No region: operator bool is false, and only assigning one makes the
+    /// accessors usable.
     local_mr() = default;
+    /// Owns `block` (made by memory_pool and register_local_mr).
     explicit local_mr(std::shared_ptr<detail::mr_block> block) noexcept : block_(std::move(block)) {}
+    /// Takes over `other`'s region; `other` is left empty.
     local_mr(local_mr&&) noexcept = default;
+    /// Lets go of this object's region (freed once no slice or operation
+    /// holds it), then takes over `other`'s.
     local_mr& operator=(local_mr&&) noexcept = default;
     local_mr(const local_mr&) = delete;
     local_mr& operator=(const local_mr&) = delete;
 
+    /// True when it holds a region.
     explicit operator bool() const noexcept { return block_ != nullptr; }
+    /// The first byte (aligned as allocate was asked). Precondition for
+    /// this and the accessors below: it holds a region.
     std::byte* data() const noexcept { return block_->data; }
+    /// Its length in bytes (as asked, not the pool's rounding).
     std::size_t size() const noexcept { return block_->size; }
+    /// The bytes, to fill before a send or write and read after a recv or
+    /// read completes (not while an operation naming them is in flight).
     std::span<std::byte> bytes() const noexcept { return {block_->data, block_->size}; }
+    /// The local key this side's work requests name it with.
     std::uint32_t lkey() const noexcept { return block_->lkey; }
+    /// The key a peer's one-sided operations need (meaningful only with
+    /// remote access).
     std::uint32_t rkey() const noexcept { return block_->rkey; }
+    /// The rights its memory was registered with.
     access_flags access() const noexcept { return block_->access; }
 
     /// The whole region as a slice; operations take slices.
     local_slice all() const noexcept { return {block_, block_->data, block_->size}; }
+    /// The whole region as a slice, so a local_mr can be passed where an
+    /// operation takes one.
     operator local_slice() const noexcept { return all(); }
+    /// `length` bytes from `offset`; std::out_of_range (naming the region,
+    /// offset and length) if they do not fit.
     local_slice slice(std::size_t offset, std::size_t length) const { return all().slice(offset, length); }
+    /// From `offset` to the end; std::out_of_range if `offset` is past it.
     local_slice slice(std::size_t offset) const { return all().slice(offset); }
 
     /// The region as a peer must name it (needs remote access).
@@ -149,19 +182,23 @@ public:
     /// Registers chunks now until the pool holds at least `bytes`
     /// (rounded up to whole chunks), so later allocations up to that much
     /// do not register. Throws verbs_error as allocate does; chunks already
-    /// registered stay.
+    /// registered stay. Thread-safe.
     void reserve(std::size_t bytes);
 
-    /// Bytes handed out and not yet returned (rounded up to 64 each).
+    /// Bytes handed out and not yet given back (each region counted with
+    /// its rounding to the pool's granularity). Thread-safe.
     std::size_t bytes_in_use() const;
-    /// Chunks registered so far.
+    /// Chunks registered so far; a pool never gives one back before it is
+    /// destroyed. Thread-safe.
     std::size_t chunk_count() const;
-    /// Bytes registered so far, over all chunks.
+    /// Bytes registered so far, over all chunks. Thread-safe.
     std::size_t bytes_registered() const;
     /// The size of each registration (a region larger than it gets a chunk
     /// of its own size).
     std::size_t chunk_size() const noexcept { return chunk_size_; }
+    /// The rights every chunk is registered with.
     access_flags access() const noexcept { return rights_; }
+    /// The protection domain its chunks are registered with.
     const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
 
 private:

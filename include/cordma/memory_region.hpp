@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// A registered memory region (ibv_mr) and the description of a region a
 /// peer may access (remote_slice: address, length, rkey).
 
@@ -28,17 +29,33 @@ public:
     static memory_region register_memory(std::shared_ptr<protection_domain> pd, void* address,
                                          std::size_t length, access_flags access);
 
+    /// No region; only assigning one to it makes it usable.
     memory_region() = default;
+    /// Takes over `other`'s registration; `other` is left empty.
     memory_region(memory_region&& other) noexcept;
+    /// Deregisters what this object held, then takes over `other`'s
+    /// registration; `other` is left empty.
     memory_region& operator=(memory_region&& other) noexcept;
+    /// Deregisters the region (ibv_dereg_mr), which invalidates its keys:
+    /// a peer's later access fails on the peer's side. The memory itself is
+    /// the caller's and stays.
     ~memory_region();
 
+    /// The libibverbs MR, or nullptr for an empty object.
     ibv_mr* native_handle() const noexcept { return mr_; }
+    /// The first byte registered. Precondition (for this and the other
+    /// accessors below but pd()): the object holds a region.
     void* data() const noexcept { return mr_->addr; }
+    /// The bytes registered.
     std::size_t size() const noexcept { return mr_->length; }
+    /// The key this side's work requests name the region with.
     std::uint32_t lkey() const noexcept { return mr_->lkey; }
+    /// The key a peer's one-sided operations need (meaningful only with
+    /// remote access).
     std::uint32_t rkey() const noexcept { return mr_->rkey; }
+    /// The rights it was registered with.
     access_flags access() const noexcept { return rights_; }
+    /// The protection domain it was registered with (nullptr when empty).
     const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
 
     /// This region as a peer sees it (the rkey is meaningful only if the

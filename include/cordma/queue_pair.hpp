@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// A reliable-connected queue pair (ibv_qp, IBV_QPT_RC) and the endpoint
 /// description peers exchange to connect two of them by hand.
 
@@ -17,24 +18,38 @@ namespace cordma {
 
 /// How many work requests and scatter/gather entries a QP can hold.
 struct CORDMA_API qp_capacity {
+    /// Work requests the send queue holds (operations in flight at once;
+    /// more wait in cordma's FIFO for room).
     std::uint32_t max_send_wr = 128;
+    /// Receives the receive queue holds.
     std::uint32_t max_recv_wr = 128;
+    /// Slices one send, write or read may gather or scatter.
     std::uint32_t max_send_sge = 4;
+    /// Slices one receive may scatter into.
     std::uint32_t max_recv_sge = 4;
+    /// Largest send or write copied into its work request instead of read
+    /// from its buffer by the device (0: never inline).
     std::uint32_t max_inline_data = 64;
 };
 
 /// What one side tells the other to connect a QP without rdma_cm.
 struct CORDMA_API qp_endpoint {
+    /// The queue pair number.
     std::uint32_t qpn = 0;
+    /// The first packet sequence number its send queue uses.
     std::uint32_t psn = 0;
+    /// Its port's GID at the chosen index (RoCE: derived from an IP address).
     ibv_gid gid{};
+    /// Its port's LID (InfiniBand; 0 on RoCE, which routes by GID).
     std::uint16_t lid = 0;
 };
 
 /// Path and reliability settings used when a QP moves to RTR and RTS.
 struct CORDMA_API qp_connect_options {
+    /// The device port the QP uses (from 1).
     std::uint8_t port = 1;
+    /// The index of the local GID in the port's table: on RoCE it picks the
+    /// address and the RoCE version (v1 or v2) packets carry.
     int gid_index = 0;
     /// Upper bound; the port's active MTU is used if smaller.
     ibv_mtu mtu = IBV_MTU_4096;
@@ -46,11 +61,19 @@ struct CORDMA_API qp_connect_options {
     std::uint8_t rnr_retry = 6;
     /// Minimum RNR NAK timer code (12: 0.64 ms).
     std::uint8_t min_rnr_timer = 12;
+    /// RDMA reads and atomics in flight at once, each way (capped by what
+    /// the device allows).
     std::uint8_t max_rd_atomic = 16;
     /// What the peer may do to memory through this QP.
     access_flags remote_access = access_flags::remote_write | access_flags::remote_read | access_flags::remote_atomic;
 };
 
+/// An RC queue pair (ibv_qp): the verbs object a connection posts its work
+/// requests to. Shared: the connection, and anything else that holds it,
+/// keep it alive; it is destroyed (ibv_destroy_qp) with the last reference
+/// and keeps its PD and CQs alive until then. Not thread-safe: a connection
+/// posts to its QP from the event listener thread only, and so must anyone
+/// posting to a connection's QP directly.
 class CORDMA_API queue_pair {
 public:
     /// Creates an RC QP in state RESET. It keeps `pd` and both CQs alive.
@@ -78,11 +101,18 @@ public:
     queue_pair(const queue_pair&) = delete;
     queue_pair& operator=(const queue_pair&) = delete;
 
+    /// The libibverbs QP (for ibv_query_qp and friends), owned by this
+    /// object, valid while it lives.
     ibv_qp* native_handle() const noexcept { return qp_; }
+    /// Its queue pair number, which the peer connects to.
     std::uint32_t qp_num() const noexcept { return qp_->qp_num; }
+    /// The capacity it was created with.
     const qp_capacity& capacity() const noexcept { return capacity_; }
+    /// Its protection domain.
     const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
+    /// The CQ its sends, writes, reads and atomics complete on.
     const std::shared_ptr<completion_queue>& send_cq() const noexcept { return send_cq_; }
+    /// The CQ its receives complete on.
     const std::shared_ptr<completion_queue>& recv_cq() const noexcept { return recv_cq_; }
     /// The shared receive queue it receives through, or nullptr.
     ibv_srq* srq() const noexcept { return srq_; }
@@ -102,8 +132,13 @@ public:
     /// index, min RNR timer, timeout, retry count, RNR retry). With an empty
     /// base, modify_to_rtr needs `remote`.
     void modify_to_init(const qp_connect_options& options, ibv_qp_attr base = {}, int base_mask = 0);
+    /// INIT -> RTR (ready to receive) towards `remote` (or the path in
+    /// `base`), as described above. Throws verbs_error naming the transition
+    /// and the refused values.
     void modify_to_rtr(const qp_connect_options& options, const qp_endpoint* remote, ibv_qp_attr base = {},
                        int base_mask = 0);
+    /// RTR -> RTS (ready to send), as described above. Throws verbs_error
+    /// naming the transition and the refused values.
     void modify_to_rts(const qp_connect_options& options, ibv_qp_attr base = {}, int base_mask = 0);
 
     /// Moves the QP to ERROR: outstanding work requests complete with
@@ -117,6 +152,9 @@ public:
         if (int rc = ibv_post_send(qp_, &wr, &bad); rc != 0) [[unlikely]]
             throw_post_error("ibv_post_send", rc);
     }
+    /// Posts one receive (or a chain) to the QP's own receive queue (not
+    /// for a QP on an SRQ). Throws verbs_error, e.g. ENOMEM when the receive
+    /// queue is full.
     void post_recv(ibv_recv_wr& wr) {
         ibv_recv_wr* bad = nullptr;
         if (int rc = ibv_post_recv(qp_, &wr, &bad); rc != 0) [[unlikely]]

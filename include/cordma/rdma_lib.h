@@ -1,4 +1,4 @@
-/*
+/** \file
  * rdma_lib's interface on cordma: programs written for rdma_lib (a small C
  * RDMA library: rdma_init, rdma_accept_peer, rdma_send, ...) compile
  * unchanged against cordma and behave as rdma_lib documents:
@@ -38,11 +38,20 @@ extern "C" {
 
 /* rdma_lib's constants. MAX_PEERS, MAX_WR and CQ_DEPTH are not limits in
    cordma (peers, work requests and completion queues grow as needed). */
+/** rdma_lib's peer limit; kept for programs that size arrays with it
+ *  (cordma has no limit on peers). */
 #define MAX_PEERS 64
+/** rdma_lib's work requests per queue pair; not a limit in cordma. */
 #define MAX_WR 128
+/** rdma_lib's completion queue depth; not a limit in cordma. */
 #define CQ_DEPTH 256
+/** The default size of the buffers small messages are copied into (what
+ *  rdma_lib programs pass to rdma_init), and the size of the text an
+ *  all-to-all joins. Messages may be larger: they then go zero-copy. */
 #define BUFFER_SIZE 4096
 
+/** rdma_lib's context is cordma's: an rdma_context* may be passed to the
+ *  cordma_* functions too. */
 typedef cordma_context rdma_context;
 
 /** rdma_lib's all-to-all: a star's all-gather through the server, joined
@@ -71,6 +80,8 @@ static inline rdma_context *rdma_init(const char *ip, int port, size_t buf_size,
     return cordma_create(&config);
 }
 
+/** Closes every connection and frees the context (NULL is fine), after any
+ *  failure too (cordma_destroy). */
 static inline void rdma_cleanup(rdma_context *ctx) { cordma_destroy(ctx); }
 
 /** Returns the new peer's index, or -1. */
@@ -81,6 +92,8 @@ static inline int rdma_connect_peer(rdma_context *ctx, const char *peer_ip, int 
 /** Waits for the next client; returns its index, or -1. */
 static inline int rdma_accept_peer(rdma_context *ctx) { return cordma_accept(ctx); }
 
+/** Closes the connection to peer `peer_idx`; the other peers keep their
+ *  indexes. Returns 0, or -1 for a bad index (cordma_disconnect). */
 static inline int rdma_disconnect_peer(rdma_context *ctx, int peer_idx) { return cordma_disconnect(ctx, peer_idx); }
 
 /** Returns len (at most INT_MAX), or -1. */
@@ -105,11 +118,17 @@ static inline int rdma_broadcast(rdma_context *ctx, const void *data, size_t len
     return len > (size_t)INT_MAX ? INT_MAX : (int)len;
 }
 
+/** rdma_lib's all-to-all, as cordma_rdma_lib_alltoall describes: the
+ *  server gathers every client's message and all receive them joined as
+ *  text. Returns 0, or -1. */
 static inline int rdma_sequential_alltoall(rdma_context *ctx, const void *send_buf, void *recv_buf,
                                            size_t msg_size) {
     return cordma_rdma_lib_alltoall(ctx, send_buf, recv_buf, msg_size);
 }
 
+/** This thread's last error message, naming the call, the peer and the
+ *  reason ("" before any failure); valid until this thread's next call
+ *  (cordma_last_error). */
 static inline const char *rdma_get_error(void) { return cordma_last_error(); }
 
 #ifdef __cplusplus

@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// Receives posted ahead of the peer's sends, drained by a coroutine.
 ///
 /// A receive_queue takes a connection's receives over: it keeps one receive
@@ -97,17 +98,24 @@ class CORDMA_API received_message {
 public:
     /// An empty message (what a moved-from one is): bytes() is empty.
     received_message() = default;
+    /// Takes over `other`'s buffer; `other` is left empty.
     received_message(received_message&& other) noexcept;
+    /// Releases this message's buffer (posted again), then takes over
+    /// `other`'s; `other` is left empty.
     received_message& operator=(received_message&& other) noexcept;
     received_message(const received_message&) = delete;
     received_message& operator=(const received_message&) = delete;
     ~received_message() { release(); }
 
+    /// True while it holds a message (not empty, moved from or released).
     explicit operator bool() const noexcept { return slot_ != nullptr; }
     /// The message: the first size() bytes of its buffer, writable (decode
     /// in place if you like). Valid until release.
     std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+    /// The message's first byte (nullptr when empty). Valid until release.
     std::byte* data() const noexcept { return data_; }
+    /// The message's length in bytes (0 when empty; a zero-length message
+    /// is possible too).
     std::size_t size() const noexcept { return size_; }
     /// The immediate, if the peer sent one (send_with_imm, write_with_imm).
     std::optional<std::uint32_t> imm() const noexcept { return imm_; }
@@ -158,6 +166,7 @@ public:
     /// slices keep their regions alive as long as the queue or a message
     /// uses them. Throws as the constructor above.
     receive_queue(cordma::connection conn, std::vector<local_slice> buffers);
+    /// Takes over `other`'s receives; `other` becomes an empty handle.
     receive_queue(receive_queue&& other) noexcept = default;
     /// Gives the current receives back to the connection (see the contract)
     /// and takes `other`'s.
@@ -166,6 +175,7 @@ public:
     receive_queue& operator=(const receive_queue&) = delete;
     ~receive_queue();
 
+    /// False for an empty (default-constructed or moved-from) handle.
     explicit operator bool() const noexcept { return state_ != nullptr; }
 
     /// The next message, in arrival order; waits until one arrives. Lazy: it
@@ -186,13 +196,25 @@ public:
     /// frame and allocates nothing. Movable until awaited.
     class CORDMA_API next_operation {
     public:
+        /// Moves a not yet awaited operation (into when_all, a task's
+        /// parameter, ...).
         next_operation(next_operation&& other) noexcept;
         next_operation(const next_operation&) = delete;
         next_operation& operator=(const next_operation&) = delete;
+        /// A coroutine destroyed while waiting stops waiting here; no
+        /// message is taken.
         ~next_operation();
 
+        /// Never ready: the wait starts in await_suspend.
         bool await_ready() const noexcept { return false; }
+        /// Takes a waiting message at once (returns false: the caller goes
+        /// on), or waits in line for the next one, resumed on the event
+        /// listener thread; awaited from another thread, hops there first.
+        /// Arms the stop token and the timeout.
         bool await_suspend(std::coroutine_handle<> h);
+        /// The message. Throws operation_cancelled (stopped), std::system_error
+        /// with std::errc::timed_out (the timeout ran out), or the
+        /// connection's error once it broke and no message is left.
         received_message await_resume();
 
     private:

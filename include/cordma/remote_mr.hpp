@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// A region of the peer's memory that the peer's agent granted us: what to
 /// read, write or use atomics on, until its lease deadline. Move-only: when
 /// it is dropped the owner is told and frees the region; send_remote_mr
@@ -18,21 +19,39 @@ namespace detail {
 class agent;
 }
 
+/// A grant of the peer's memory, from connection::request_remote_mr or
+/// receive_remote_mr: where it is (all(), slice()), what may be done
+/// (access()), and until when (deadline(), expired()). Move-only, as the
+/// grant is one: dropping it tells the owner to free the region, and
+/// connection::send_remote_mr hands it back instead. Not tied to the
+/// connection's lifetime: it may outlive it (the owner then frees the
+/// region when the connection goes).
 class CORDMA_API remote_mr {
 public:
+    /// No grant: operator bool is false.
     remote_mr() = default;
+    /// Takes over `other`'s grant; `other` is left empty (and tells nobody).
     remote_mr(remote_mr&& other) noexcept;
+    /// Releases this object's grant (as the destructor does), then takes
+    /// over `other`'s; `other` is left empty.
     remote_mr& operator=(remote_mr&& other) noexcept;
     remote_mr(const remote_mr&) = delete;
     remote_mr& operator=(const remote_mr&) = delete;
     /// Tells the owner it may free the region (unless handed back).
     ~remote_mr();
 
+    /// True while it holds a grant (not empty, moved from or handed back).
     explicit operator bool() const noexcept { return region_id_ != 0; }
     /// All of it (address, length and rkey), for the operations.
     const remote_slice& all() const noexcept { return mr_; }
+    /// All of it, so a remote_mr can be passed where an operation takes a
+    /// remote_slice.
     operator remote_slice() const noexcept { return mr_; }
+    /// `length` bytes from `offset`, with the grant's access; throws
+    /// std::out_of_range naming the region, offset and length if they do
+    /// not fit.
     remote_slice slice(std::uint64_t offset, std::uint64_t length) const { return mr_.slice(offset, length); }
+    /// The region's length in bytes.
     std::uint64_t size() const noexcept { return mr_.length; }
     /// What the owner granted: the intersection of what was asked, what its
     /// region allows and what its agent_limits and builder allow. Operations
@@ -48,6 +67,8 @@ public:
     /// with a remote access error, and send_remote_mr throws. No clocks are
     /// compared: the owner's word arrives as a message. Any thread.
     bool expired() const noexcept { return ended_ && ended_->load(std::memory_order_acquire); }
+    /// The number the owner's agent gave the region (unique per connection,
+    /// never 0): the owner's errors and log lines name regions by it.
     std::uint64_t id() const noexcept { return region_id_; }
 
 private:

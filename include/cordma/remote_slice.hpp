@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// A region of a peer's memory that this side may access: a plain copyable
 /// value (address, length, rkey, and the access the owner granted) that
 /// travels over the wire.
@@ -14,8 +15,11 @@ namespace cordma {
 /// What a peer needs to read, write or use atomics on a region. Owning
 /// nothing, it is only as valid as the owner's registration.
 struct CORDMA_API remote_slice {
+    /// The region's first byte, as a virtual address in the owner's process.
     std::uint64_t address = 0;
+    /// Its length in bytes.
     std::uint64_t length = 0;
+    /// The owner's remote key for it, which the peer's device checks.
     std::uint32_t rkey = 0;
     /// What the owner allows on it. A grant from the agent says exactly;
     /// a slice made by hand from an address and rkey defaults to everything
@@ -24,6 +28,7 @@ struct CORDMA_API remote_slice {
     /// std::invalid_argument, nothing reaches the wire.
     access_flags access = access_flags::all;
 
+    /// Its length in bytes (the same as `length`).
     std::uint64_t size() const noexcept { return length; }
 
     /// [offset, offset + length) of this region. Checked here, before anything
@@ -33,6 +38,7 @@ struct CORDMA_API remote_slice {
     /// From `offset` to the end.
     remote_slice slice(std::uint64_t offset) const;
 
+    /// Field by field, access included.
     friend bool operator==(const remote_slice&, const remote_slice&) = default;
 };
 

@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// cordma::rpc: request/response calls over RDMA, many clients to one
 /// server, any sizes.
 ///
@@ -81,15 +82,28 @@ enum class rpc_errc {
     server_gone = 7,     ///< the connection to the server broke (closed, failed, host gone)
 };
 
+/// The category of rpc_errc codes ("cordma.rpc"); its messages are the
+/// enumerators' meanings, and it maps timed_out to std::errc::timed_out.
+/// One object for the program's life.
 CORDMA_API const std::error_category& rpc_category() noexcept;
+/// Makes rpc_errc values std::error_codes (found by argument-dependent
+/// lookup, so `ec == rpc_errc::server_gone` compiles).
 inline std::error_code make_error_code(rpc_errc e) noexcept { return {static_cast<int>(e), rpc_category()}; }
 
+/// What rpc calls and servers throw: a std::system_error whose code() is an
+/// rpc_errc in rpc_category(), and whose what() names the call, the method
+/// and the server. Catch it by this type, or as std::system_error and
+/// compare code() with rpc_errc values.
 class CORDMA_API rpc_error : public std::system_error {
 public:
+    /// An error of kind `code`, with `what` as its message.
     rpc_error(rpc_errc code, const std::string& what) : std::system_error(make_error_code(code), what) {}
+    /// The kind of error (code() as an rpc_errc).
     rpc_errc errc() const noexcept { return static_cast<rpc_errc>(code().value()); }
 };
 
+/// A server's settings, fixed at construction; checked then (a value out of
+/// range throws std::invalid_argument naming the field).
 struct server_options {
     /// Requests up to this many bytes travel inline (each receive of the
     /// server holds one, behind the 48-byte header); larger ones by
@@ -121,11 +135,16 @@ struct server_options {
 /// large request was read into: not copied).
 class CORDMA_API request {
 public:
+    /// The request's bytes as the client sent them; valid until the
+    /// handler's task completes.
     std::span<const std::byte> bytes() const noexcept { return bytes_; }
+    /// The method the client called (the number given to server::handle).
     std::uint32_t method() const noexcept { return method_; }
     /// The client's address, as errors and logs name it.
     const std::string& peer() const noexcept { return *peer_; }
 
+    /// Made by the server for each call; `peer` must outlive the request.
+    /// (Public so handlers can be tested without a server.)
     request(std::span<const std::byte> bytes, std::uint32_t method, const std::string* peer) noexcept
         : bytes_(bytes), method_(method), peer_(peer) {}
 
@@ -161,6 +180,11 @@ T from_bytes(std::span<const std::byte> bytes, const char* what) {
 }
 }  // namespace detail
 
+/// An rpc server: handlers registered by method number, serving the clients
+/// of one or more listeners of its builder. Handlers run as coroutines on
+/// the event listener thread (or on server_options::executor), many at
+/// once; each call's response is sent when its handler's task completes.
+/// Move-only; destroying it closes every client's connection.
 class CORDMA_API server {
 public:
     /// Sets `b` up for rpc, for listeners made from it afterwards: plain
@@ -172,7 +196,10 @@ public:
     /// full retries soon. Throws std::invalid_argument for options out of
     /// range, naming the field.
     explicit server(builder& b, server_options options = {});
+    /// Takes over `other`'s clients and handlers; `other` is left empty.
     server(server&&) noexcept = default;
+    /// Closes this server's clients (as the destructor does), then takes
+    /// over `other`'s.
     server& operator=(server&&) noexcept;
     server(const server&) = delete;
     server& operator=(const server&) = delete;
@@ -214,12 +241,14 @@ public:
     /// The SRQ every client's connection receives through (nullptr: a
     /// receive queue per client).
     ibv_srq* shared_receive_queue() const;
+    /// The options it was made with.
     const server_options& options() const;
 
 private:
     std::shared_ptr<detail::server_state> state_;
 };
 
+/// A client's settings, fixed at connect.
 struct client_options {
     /// Responses up to this many bytes travel inline into the client's
     /// receives; larger ones by rendezvous. 64 B to 1 MiB.
@@ -230,12 +259,20 @@ struct client_options {
     std::size_t max_response = std::size_t(1) << 30;
 };
 
+/// Limits of one call (client::call's last argument).
 struct call_options {
+    /// How long the call may take in all, from the moment it is made
+    /// (waiting for a credit included); then it fails with timed_out.
     /// 0: client_options::deadline.
     std::chrono::milliseconds deadline{0};
+    /// Stops the call early, from any thread: it fails with cancelled at
+    /// once (its response, if it comes, is dropped).
     std::stop_token token{};
 };
 
+/// An rpc client: one connection to one server, carrying many calls at
+/// once (up to the server's credits in flight, the rest waiting in order).
+/// Move-only; destroying it shuts the connection down.
 class CORDMA_API client {
 public:
     /// An empty handle: calls throw std::logic_error.
@@ -245,7 +282,10 @@ public:
     /// client's hello as private data). Throws as builder::connect does,
     /// and rpc_error(protocol) if the listener is not an rpc server.
     static task<client> connect(builder b, std::string address, client_options options = {});
+    /// Takes over `other`'s connection and calls; `other` is left empty.
     client(client&&) noexcept = default;
+    /// Shuts this client's connection down (as the destructor does), then
+    /// takes over `other`'s.
     client& operator=(client&&) noexcept;
     client(const client&) = delete;
     client& operator=(const client&) = delete;

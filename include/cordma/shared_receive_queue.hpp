@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// One set of posted receives that many connections receive through: a
 /// shared receive queue (SRQ).
 ///
@@ -83,11 +84,17 @@ struct ended_connection {
     std::string why;           ///< why it broke
 };
 
+/// A shared receive queue: one pool of posted receives that many
+/// connections' messages land in, yielded in arrival order (the contract is
+/// at the top of this header). Move-only handle.
 class CORDMA_API shared_receive_queue {
 public:
     /// An empty handle: calls throw std::logic_error.
     shared_receive_queue() = default;
+    /// Takes over `other`'s queue; `other` becomes an empty handle.
     shared_receive_queue(shared_receive_queue&&) noexcept = default;
+    /// Lets go of this handle's queue (as the destructor does), then takes
+    /// over `other`'s.
     shared_receive_queue& operator=(shared_receive_queue&& other) noexcept;
     shared_receive_queue(const shared_receive_queue&) = delete;
     shared_receive_queue& operator=(const shared_receive_queue&) = delete;
@@ -102,6 +109,7 @@ public:
     /// Whether `b`'s device has shared receive queues.
     static bool supported(builder& b);
 
+    /// False for an empty (default-constructed or moved-from) handle.
     explicit operator bool() const noexcept { return state_ != nullptr; }
 
     /// The next message from any attached connection; waits until one
@@ -122,8 +130,9 @@ public:
     /// Connections attached now.
     std::size_t connections() const;
 
-    /// How many receives it keeps posted, and how large each is.
+    /// How many receives it keeps posted.
     std::size_t size() const;
+    /// How large each receive's buffer is: the largest message it takes.
     std::size_t buffer_size() const;
     /// The verbs SRQ (what ibv_query_qp's init_attr.srq names for the data
     /// QP of every attached connection).

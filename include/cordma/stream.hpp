@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// cordma::stream: a socket-like byte stream over RDMA.
 ///
 ///     stream_listener l = stream::serve(b, "10.0.0.1:7600");
@@ -50,6 +51,9 @@ class stream_state;
 struct stream_accepts;
 }
 
+/// A stream's settings, given to stream::connect and stream::serve (each
+/// side uses its own; the writer learns the reader's inline_size in the
+/// hello). Values out of range throw std::invalid_argument naming the field.
 struct CORDMA_API stream_options {
     /// Writes up to this size are copied into the peer's posted receives
     /// (one SEND each); larger ones are read by the peer from the writer's
@@ -73,14 +77,20 @@ class stream_listener;
 
 /// What a stream has carried so far (like TCP_INFO): read from any thread.
 struct stream_statistics {
-    std::uint64_t bytes_written = 0;  ///< handed to writes that returned
-    std::uint64_t bytes_read = 0;     ///< returned by reads
+    /// Bytes handed to writes that returned.
+    std::uint64_t bytes_written = 0;
+    /// Bytes returned by reads.
+    std::uint64_t bytes_read = 0;
     /// Data frames sent: inline frames (one per write, or one per batch of
     /// small writes gathered while the window was full) and announced
     /// zero-copy frames. bytes_written / frames_sent is the batching.
     std::uint64_t frames_sent = 0;
 };
 
+/// A reliable, ordered byte stream over one RDMA connection, used like a
+/// TCP socket: read returns what has arrived, write returns once its buffer
+/// may be reused (the contract is at the top of this header). A cheap
+/// handle: copies share the stream, which closes when the last copy goes.
 class CORDMA_API stream {
 public:
     /// An empty handle: every call throws std::logic_error.
@@ -94,6 +104,8 @@ public:
     /// Listens for streams on `address` ("addr:port"; port 0: any free one).
     static stream_listener serve(builder b, std::string_view address, stream_options options = {});
 
+    /// False for an empty (default-constructed or moved-from) handle; says
+    /// nothing about whether the stream is still open.
     explicit operator bool() const noexcept { return state_ != nullptr; }
 
     /// Reads what has arrived, at most buffer.size() bytes, waiting for at
@@ -135,8 +147,13 @@ private:
     std::shared_ptr<detail::stream_state> state_;
 };
 
+/// Accepts streams (made by stream::serve, listening from then on). A
+/// cheap handle: copies share the listening endpoint, which closes with
+/// the last copy or close(). Accepted streams outlive it.
 class CORDMA_API stream_listener {
 public:
+    /// An empty handle: accept() and address() throw std::logic_error,
+    /// close() does nothing.
     stream_listener() = default;
 
     /// The next stream a client opened. From the first accept() on, the

@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// cordma::sync_wait: wait for a coroutine from code that is not one.
 ///
 ///     int main() {

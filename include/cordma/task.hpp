@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// cordma::task<T>: the coroutine type cordma code is written in.
 ///
 ///     cordma::task<std::size_t> copy_once(cordma::connection& conn, ...) {
@@ -89,19 +90,31 @@ public:
 ///   -foptimize-sibling-calls (on from -O2, off at -O0, -Og and -O1) and not
 ///   in code compiled with AddressSanitizer's stack instrumentation. Without
 ///   it each synchronous completion costs a few stack frames until the
-///   awaiting coroutine next really suspends.
+///   awaiting coroutine next really suspends. The transfers happen in the
+///   awaiting coroutine, so in the user's code: cordma builds itself with
+///   -foptimize-sibling-calls whatever the build type, but neither cordma.pc
+///   nor the CMake package forces it on users (a library does not choose
+///   its users' code generation). Users who build with g++ below -O2 and
+///   await long chains of operations that complete at once (a loop of
+///   operations on an idle connection, task<> calling task<> thousands
+///   deep) should add -foptimize-sibling-calls themselves.
 template <class T>
 class [[nodiscard]] task {
     static_assert(!std::is_rvalue_reference_v<T>, "task<T&&> is not supported: use task<T>");
 
 public:
+    /// The coroutine machinery's promise (an implementation detail).
     using promise_type = detail::task_promise<T>;
+    /// What co_await on the task yields.
     using value_type = T;
 
     class awaiter;
 
+    /// Takes over `other`'s frame; `other` is left invalid().
     task(task&& other) noexcept : frame_(std::exchange(other.frame_, {})) {}
 
+    /// Destroys this task's frame if it still owns one (never awaited),
+    /// then takes over `other`'s; `other` is left invalid().
     task& operator=(task&& other) noexcept {
         if (this != &other) {
             destroy();
@@ -150,8 +163,10 @@ private:
 template <class T>
 class task<T>::awaiter {
 public:
+    /// Takes over `frame` (made by task's operator co_await).
     explicit awaiter(std::coroutine_handle<promise_type> frame) noexcept : frame_(frame) {}
 
+    /// Takes over `other`'s frame.
     awaiter(awaiter&& other) noexcept : frame_(std::exchange(other.frame_, {})) {}
     awaiter& operator=(awaiter&&) = delete;
 
@@ -160,14 +175,18 @@ public:
             frame_.destroy();
     }
 
-    // Never ready: the body has not started yet, by construction.
+    /// Never ready: the body has not started yet, by construction.
     bool await_ready() const noexcept { return false; }
 
+    /// Records `awaiting` as the continuation and starts the body by
+    /// symmetric transfer (no stack growth).
     std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
         frame_.promise().set_continuation(awaiting);
         return frame_;
     }
 
+    /// The body's co_returned value, or rethrows the exception that escaped
+    /// it.
     T await_resume() { return frame_.promise().take(); }
 
 private:

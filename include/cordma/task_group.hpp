@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// Structured and fire-and-forget ways to start tasks without awaiting them
 /// one at a time.
 ///
@@ -65,15 +66,24 @@ public:
     /// all have), then rethrows the first member exception.
     class join_awaiter {
     public:
+        /// Made by task_group::join(); refers to the group, which must
+        /// outlive the co_await.
         explicit join_awaiter(detail::group_state& state) noexcept : state_(&state) {}
+        /// True when every member has finished already (no suspension).
         bool await_ready() const noexcept { return state_->all_finished(); }
+        /// Registers the joiner; returns false (resume at once) if the last
+        /// member finished meanwhile.
         bool await_suspend(std::coroutine_handle<> joiner) noexcept { return state_->suspend_joiner(joiner); }
+        /// Empties the group and rethrows the first member's exception, if
+        /// any.
         void await_resume() { state_->joined(); }
 
     private:
         detail::group_state* state_;
     };
 
+    /// Waits for every member spawned since the last join, as join_awaiter
+    /// describes: `co_await group.join();`. At most one join at a time.
     [[nodiscard]] join_awaiter join() noexcept { return join_awaiter{state_}; }
 
 private:

@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// cordma::when_all: run several awaitables concurrently and wait for all.
 ///
 ///     auto [a, b] = co_await cordma::when_all(conn.read(x, buf_x), read_header(conn));
