@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// The builder: every connection setting with a sensible default, then
 /// `co_await builder.connect("host:port")` or `builder.listen("addr:port")`.
 ///
@@ -73,6 +74,9 @@ struct CORDMA_API connection_settings {
     /// Initial entries of the shared completion queues; they grow as
     /// connections are added.
     int cq_size = 1024;
+    /// Queue depths, scatter/gather entries and inline size of each
+    /// connection's queue pair (builder::send_queue_depth,
+    /// recv_queue_depth, max_sge, max_inline_data).
     qp_capacity capacity{};
     /// Path MTU cap; both sides use the smaller of their caps (and of the
     /// ports' active MTUs). Over rdma_cm without the agent (with_agent =
@@ -100,11 +104,13 @@ struct CORDMA_API connection_settings {
     /// access flags: a peer's RDMA WRITE fails if remote_write is missing,
     /// whatever a grant allows).
     access_flags remote_access = access_flags::remote_write | access_flags::remote_read | access_flags::remote_atomic;
+    /// How the event listener waits for completions (see polling_mode).
     polling_mode polling = polling_mode::event;
     /// The connect deadline: a refused connect (nothing listening yet) is
     /// retried until it passes; the whole handshake, and each accept
     /// handshake, must finish within it.
     std::chrono::milliseconds connect_timeout{10'000};
+    /// How peers exchange their queue pairs' endpoints.
     endpoint_exchange exchange = endpoint_exchange::rdma_cm;
     /// What peers may take from this side through the memory-region agent.
     /// Refused with with_agent = false, unless left at its default.
@@ -147,28 +153,76 @@ inline constexpr std::size_t max_connect_private_data = 56;
 /// The most private data an accept carries (the CM's REP).
 inline constexpr std::size_t max_accept_private_data = 196;
 
+/// Makes connections and listeners: holds a connection_settings, each
+/// setter changing one field and returning *this so calls chain, and the
+/// pieces its connections share (device, event listener, protection domain,
+/// completion queues, memory pool), made on first use. Setters only store
+/// (and check their own argument, throwing std::invalid_argument naming
+/// the setting); a setting that cannot apply on the chosen transport is
+/// refused by connect or listen, by name. Copies share the pieces. Not
+/// thread-safe: set it up on one thread; connect and listen may then be
+/// called from any.
 class CORDMA_API builder {
 public:
+    /// Every setting at its default (connection_settings{}).
     builder();
+    /// Starts from `settings`, checked when the first connection is made.
     explicit builder(connection_settings settings);
 
+    /// The RDMA device by name ("rxe0", "mlx5_0"); "" (the default): the
+    /// first with an ACTIVE port. Fixed once the shared pieces exist.
     builder& device(std::string name);
+    /// The device port (1-based; 0, the default: the first ACTIVE one, or
+    /// over rdma_cm the one the address lives on).
     builder& port(std::uint8_t port);
+    /// The GID index (-1, the default: the RoCE v2 GID of the local
+    /// address); checked at connect and listen, whose error lists the
+    /// usable indices and their types.
     builder& gid_index(int index);
+    /// Initial entries of the shared completion queues (at least 1; they
+    /// grow as connections are added).
     builder& cq_size(int entries);
+    /// Work requests each connection can have outstanding on its send
+    /// queue (at least 1): sends, writes, reads and atomics in flight.
     builder& send_queue_depth(std::uint32_t depth);
+    /// Receives each connection keeps posted (at least 1); refused with
+    /// shared_receives, whose queue posts them instead.
     builder& recv_queue_depth(std::uint32_t depth);
+    /// Scatter/gather entries per work request, send and receive (1 to
+    /// cordma's maximum; std::invalid_argument names the range).
     builder& max_sge(std::uint32_t sges);
+    /// Bytes a send or write may carry inline in its work request (the
+    /// device may round up or refuse; connect says which).
     builder& max_inline_data(std::uint32_t bytes);
+    /// Path MTU cap (connection_settings::path_mtu explains how both sides
+    /// agree).
     builder& path_mtu(ibv_mtu mtu);
+    /// Local ACK timeout code, 0..31: 4.096 us * 2^code per try
+    /// (connection_settings::timeout).
     builder& timeout(std::uint8_t code);
+    /// Transport retries, 0..7, before an operation fails with
+    /// IBV_WC_RETRY_EXC_ERR (connection_settings::retry_count gives the
+    /// time that takes).
     builder& retry_count(std::uint8_t count);
+    /// Receiver-not-ready retries of this side's sends, 0..7 (7: forever).
     builder& rnr_retry(std::uint8_t count);
+    /// How long a peer waits before retrying a send this side had no
+    /// receive posted for, as the IB code 0..31.
     builder& min_rnr_timer(std::uint8_t code);
+    /// What peers may do to memory through these connections' queue pairs
+    /// (remote write, read, atomic); a grant never gives more.
     builder& remote_access(access_flags access);
+    /// How the event listener waits for completions (polling_mode).
+    /// Fixed once the shared pieces exist.
     builder& polling(polling_mode mode);
+    /// The connect deadline (positive): refused connects are retried until
+    /// it passes, and each handshake must finish within it.
     builder& connect_timeout(std::chrono::milliseconds limit);
+    /// How peers exchange their queue pairs' endpoints: rdma_cm (the
+    /// default) or a TCP connection.
     builder& exchange(endpoint_exchange how);
+    /// What peers may take from this side through the agent (region size,
+    /// total bytes, region count, access); refused with agent(false).
     builder& agent_limits(const cordma::agent_limits& limits);
     /// The default deadline of agent calls on this builder's connections
     /// (positive; agent_call::forever for none).
@@ -223,6 +277,7 @@ public:
     /// once the pool exists.
     builder& pool_initial_size(std::size_t bytes);
 
+    /// Every setting as it stands now.
     const connection_settings& settings() const noexcept { return settings_; }
 
     /// Connects to a listener at `address` ("host:port"). The address is

@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// An open RDMA device (ibv_context) and the queries the rest of cordma needs
 /// from it: ports, GIDs, limits.
 
@@ -38,14 +39,23 @@ public:
     device_context(const device_context&) = delete;
     device_context& operator=(const device_context&) = delete;
 
+    /// The libibverbs context, for calls cordma does not wrap; owned by
+    /// librdmacm for the whole process (never close it).
     ibv_context* native_handle() const noexcept { return context_; }
+    /// The device's name ("rxe0").
     const std::string& name() const noexcept { return name_; }
+    /// What ibv_query_device said when the device was opened (limits such
+    /// as max_qp_wr, max_sge, max_qp_rd_atom).
     const ibv_device_attr& attributes() const noexcept { return attributes_; }
 
+    /// The state of `port` now (ibv_query_port); verbs_error naming the
+    /// device and port if it fails (e.g. no such port).
     ibv_port_attr query_port(std::uint8_t port) const;
     /// The lowest-numbered port in state ACTIVE, or 0 if none is.
     std::uint8_t first_active_port() const;
 
+    /// The GID at `index` of `port`'s table (ibv_query_gid); verbs_error
+    /// naming the device, port and index if it fails.
     ibv_gid query_gid(std::uint8_t port, int index) const;
     /// The index of a RoCE v2 GID on `port` for addresses of `family`
     /// (AF_INET: an IPv4-mapped GID; AF_INET6: any other non-link-local one,

@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// Errors thrown by cordma.
 ///
 /// Every failure of a C call (libibverbs, librdmacm, liburing, the kernel)
@@ -80,11 +81,14 @@ inline std::error_code make_error_code(errc e) noexcept { return {static_cast<in
 /// errc::memlock_limit). what() names the call and its key arguments.
 class CORDMA_API verbs_error : public std::system_error {
 public:
+    /// `call` is "ibv_reg_mr(length=4096, access=...)"; what() appends
+    /// strerror(errno_value).
     verbs_error(int errno_value, const std::string& call)
         : std::system_error(errno_value, std::generic_category(), call) {}
     /// `message` is the whole text what() returns.
     verbs_error(std::error_code code, const std::string& message)
         : std::system_error(code), message_(message) {}
+    /// The call, its arguments and why it failed.
     const char* what() const noexcept override {
         return message_.empty() ? std::system_error::what() : message_.c_str();
     }
@@ -119,13 +123,21 @@ CORDMA_API const std::error_category& work_completion_category() noexcept;
 ///     retry counter exceeded (status 12): the peer stopped acknowledging ...
 class CORDMA_API work_completion_error : public std::system_error {
 public:
+    /// Builds the message shown above from the status, the operation
+    /// ("write"), the device's vendor_err, the peer and, for a flushed
+    /// operation, the failure that broke the connection.
     work_completion_error(ibv_wc_status status, const char* operation, std::uint32_t vendor_error,
                           const std::string& peer, const std::string& cause = {});
 
+    /// The work completion's status (also code().value()).
     ibv_wc_status status() const noexcept { return static_cast<ibv_wc_status>(code().value()); }
+    /// The operation that failed: "send", "write", "read", "fetch_add", ...
     const char* operation() const noexcept { return operation_; }
+    /// The device's own error detail (ibv_wc::vendor_err).
     std::uint32_t vendor_error() const noexcept { return vendor_error_; }
+    /// The peer's address, "10.78.0.1:7620".
     const std::string& peer() const noexcept { return peer_; }
+    /// The whole sentence shown above.
     const char* what() const noexcept override { return message_.c_str(); }
 
 private:
@@ -144,6 +156,7 @@ private:
 ///     order: Operation canceled
 class CORDMA_API operation_cancelled : public std::system_error {
 public:
+    /// "recv to 10.77.0.2:7471: " + note.
     operation_cancelled(const char* operation, const std::string& peer, const std::string& note = {})
         : std::system_error(std::make_error_code(std::errc::operation_canceled),
                             std::string(operation) + " to " + peer + (note.empty() ? "" : ": " + note)) {}
@@ -155,9 +168,11 @@ public:
 /// the limit and what became of the connection.
 class CORDMA_API timed_out_error : public std::system_error {
 public:
+    /// "receive_remote_mr to 10.77.0.2:7471: " + why.
     timed_out_error(const char* operation, const std::string& peer, const std::string& why)
         : std::system_error(std::make_error_code(std::errc::timed_out)),
           message_(std::string(operation) + " to " + peer + ": " + why) {}
+    /// The call, the peer, the limit and what became of the connection.
     const char* what() const noexcept override { return message_.c_str(); }
 
 private:
@@ -169,9 +184,11 @@ private:
 /// std::errc::not_connected.
 class CORDMA_API disconnected_error : public std::system_error {
 public:
+    /// "write to 10.77.0.2:7471: not connected: " + why.
     disconnected_error(const char* operation, const std::string& peer, const std::string& why)
         : std::system_error(std::make_error_code(std::errc::not_connected)),
           message_(std::string(operation) + " to " + peer + ": not connected: " + why) {}
+    /// The call, the peer and why the connection is gone.
     const char* what() const noexcept override { return message_.c_str(); }
 
 private:
@@ -188,8 +205,10 @@ private:
 /// client and goes on accepting.
 class CORDMA_API connect_error : public std::system_error {
 public:
+    /// `message` is the whole text what() returns.
     connect_error(std::error_code code, std::string message)
         : std::system_error(code), message_(std::move(message)) {}
+    /// The step that failed, the peer, and what to check.
     const char* what() const noexcept override { return message_.c_str(); }
 
 private:
