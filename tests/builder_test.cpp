@@ -21,6 +21,7 @@
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
 
+#include "support/deadline.hpp"
 #include "support/peer_process.hpp"
 #include "support/rxe_device.hpp"
 
@@ -61,17 +62,24 @@ TEST_CASE("connect and accept in one process carry data both ways", "[builder]")
 
 TEST_CASE("64 clients connect to one listener at once and each exchanges data", "[builder]") {
     builder b;
+    // 128 handshakes at once in one process (under ASan, in an emulated VM,
+    // beside whatever else keeps the cores busy) can take far longer than
+    // the default 10 s; what this test checks is that each one completes.
+    b.connect_timeout(90s);
+    // A client that gives up leaves its accept waiting for nobody: bound it.
+    test::deadline limit(120s);
     listener l = b.listen(any_port());
     constexpr int clients = 64;
     std::vector<task<std::string>> work;
     auto pool = b.pool();
     for (int i = 0; i < clients; ++i) {
-        work.push_back([](builder bb, listener ll, std::shared_ptr<memory_pool> p, int n) -> task<std::string> {
-            auto [s, c] = co_await when_all(ll.accept(), bb.connect(ll.address()));
+        work.push_back([](builder bb, listener ll, std::shared_ptr<memory_pool> p, int n,
+                          std::stop_token stop) -> task<std::string> {
+            auto [s, c] = co_await when_all(ll.accept(stop), bb.connect(ll.address()));
             auto [from_client, from_server] =
                 co_await when_all(echo_once(s, p, "s" + std::to_string(n)), echo_once(c, p, "c" + std::to_string(n)));
             co_return from_client + "/" + from_server;
-        }(b, l, pool, i));
+        }(b, l, pool, i, limit.token()));
     }
     auto results = sync_wait(when_all(std::move(work)));
     int matched = 0;
@@ -215,17 +223,24 @@ TEST_CASE("over the TCP endpoint exchange, connect and accept in one process car
 TEST_CASE("over the TCP endpoint exchange, 64 clients connect to one listener at once and each exchanges data",
           "[builder][tcp]") {
     builder b = tcp_builder();
+    // 128 handshakes at once in one process (under ASan, in an emulated VM,
+    // beside whatever else keeps the cores busy) can take far longer than
+    // the default 10 s; what this test checks is that each one completes.
+    b.connect_timeout(90s);
+    // A client that gives up leaves its accept waiting for nobody: bound it.
+    test::deadline limit(120s);
     listener l = b.listen(any_port());
     constexpr int clients = 64;
     std::vector<task<std::string>> work;
     auto pool = b.pool();
     for (int i = 0; i < clients; ++i) {
-        work.push_back([](builder bb, listener ll, std::shared_ptr<memory_pool> p, int n) -> task<std::string> {
-            auto [s, c] = co_await when_all(ll.accept(), bb.connect(ll.address()));
+        work.push_back([](builder bb, listener ll, std::shared_ptr<memory_pool> p, int n,
+                          std::stop_token stop) -> task<std::string> {
+            auto [s, c] = co_await when_all(ll.accept(stop), bb.connect(ll.address()));
             auto [from_client, from_server] =
                 co_await when_all(echo_once(s, p, "s" + std::to_string(n)), echo_once(c, p, "c" + std::to_string(n)));
             co_return from_client + "/" + from_server;
-        }(b, l, pool, i));
+        }(b, l, pool, i, limit.token()));
     }
     auto results = sync_wait(when_all(std::move(work)));
     int matched = 0;
