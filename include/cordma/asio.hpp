@@ -40,9 +40,15 @@
 ///   std::system_error becomes its code(): compare it with std::errc
 ///   values (`ec == std::errc::not_connected`, `== std::errc::timed_out`) or,
 ///   for a failed work completion, with make_error_code(ibv_wc_status).
-///   cordma::operation_cancelled becomes asio::error::operation_aborted, so
-///   both `ec == asio::error::operation_aborted` and
-///   `ec == std::errc::operation_canceled` are true. Invalid arguments
+///   cordma::operation_cancelled becomes asio::error::operation_aborted:
+///   test a cancellation with `ec == asio::error::operation_aborted`, as for
+///   Asio's own operations. (Whether it also equals
+///   std::errc::operation_canceled is Asio's business: 1.22's "asio.system"
+///   category maps no code to std::errc, so there it does not.) A failed
+///   work completion's code is in cordma's work-completion category
+///   (ec == make_error_code(IBV_WC_REM_ACCESS_ERR)); a receive posted when
+///   the connection broke comes back flushed (IBV_WC_WR_FLUSH_ERR), an
+///   operation started after that gets std::errc::not_connected. Invalid arguments
 ///   (sizes that differ, a misaligned atomic, a write into a read-only
 ///   grant, an empty local_slice, ...) complete with
 ///   std::errc::invalid_argument, and misuse (an empty connection handle, an
@@ -225,16 +231,18 @@ task<void> run_for_asio(Make make, Handler handler, std::stop_source source, std
             std::move(handler)(error);
         });
     } else {
-        std::optional<T> value;
+        // Value-initialized, and passed so alongside an error (every T a
+        // cordma call yields is default-constructible).
+        T value{};
         try {
-            value.emplace(co_await make(std::move(token)));
+            value = co_await make(std::move(token));
         } catch (...) {
             error = asio_error<Error>(std::current_exception());
         }
         relay.reset();
         asio::post(executor, [handler = std::move(handler), error, value = std::move(value)]() mutable {
             asio::get_associated_cancellation_slot(handler).clear();
-            std::move(handler)(error, value ? std::move(*value) : T{});
+            std::move(handler)(error, std::move(value));
         });
     }
 }
