@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// cordma inside Asio: every cordma operation and agent call as an Asio
 /// asynchronous operation, and cordma streams as Asio streams.
 ///
@@ -38,15 +39,16 @@
 ///   the peer's business.
 /// - Errors: the std::error_code of what the cordma call throws. A
 ///   std::system_error becomes its code(): compare it with std::errc
-///   values (`ec == std::errc::not_connected`, `== std::errc::timed_out`) or,
-///   for a failed work completion, with make_error_code(ibv_wc_status).
+///   values (`ec == std::errc::not_connected`, `== std::errc::timed_out`),
+///   with cordma::errc values, or, for a failed work completion, with its
+///   ibv_wc_status (`ec == IBV_WC_REM_ACCESS_ERR`; see <cordma/error.hpp>).
 ///   cordma::operation_cancelled becomes asio::error::operation_aborted:
 ///   test a cancellation with `ec == asio::error::operation_aborted`, as for
 ///   Asio's own operations. (Whether it also equals
 ///   std::errc::operation_canceled is Asio's business: 1.22's "asio.system"
 ///   category maps no code to std::errc, so there it does not.) A failed
 ///   work completion's code is in cordma's work-completion category
-///   (ec == make_error_code(IBV_WC_REM_ACCESS_ERR)); a receive posted when
+///   (ec == IBV_WC_REM_ACCESS_ERR); a receive posted when
 ///   the connection broke comes back flushed (IBV_WC_WR_FLUSH_ERR), an
 ///   operation started after that gets std::errc::not_connected. Invalid arguments
 ///   (sizes that differ, a misaligned atomic, a write into a read-only
