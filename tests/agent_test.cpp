@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
 #include <cordma/listener.hpp>
+#include <cordma/log.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
@@ -73,6 +75,49 @@ struct agent_fixture {
     std::shared_ptr<memory_pool> pool;
     connection client;
     connection server;
+};
+
+/// Keeps the library's log lines (cordma/log.hpp) from its construction on,
+/// at `level`; the default sink and level come back when it goes.
+class log_capture {
+public:
+    explicit log_capture(log_level level) {
+        set_log_level(level);
+        set_log_sink([this](log_level l, std::string_view line) {
+            std::lock_guard lock(mutex_);
+            lines_.push_back(std::string(to_string(l)) + " " + std::string(line));
+        });
+    }
+    log_capture(const log_capture&) = delete;
+    log_capture& operator=(const log_capture&) = delete;
+    ~log_capture() {
+        set_log_sink(nullptr);
+        set_log_level(log_level::warning);
+    }
+
+    /// The first line (as "LEVEL text") holding every one of `parts`, or "".
+    std::string find(std::initializer_list<std::string_view> parts) const {
+        std::lock_guard lock(mutex_);
+        for (const auto& line : lines_) {
+            bool all = true;
+            for (auto p : parts)
+                all = all && line.find(p) != std::string::npos;
+            if (all)
+                return line;
+        }
+        return {};
+    }
+    std::string all() const {
+        std::lock_guard lock(mutex_);
+        std::string out;
+        for (const auto& line : lines_)
+            out += line + "\n";
+        return out;
+    }
+
+private:
+    mutable std::mutex mutex_;
+    std::vector<std::string> lines_;
 };
 
 }  // namespace
@@ -196,6 +241,7 @@ TEST_CASE("a malformed agent message closes the connection with the problem name
     (void)sync_wait(f.client.request_remote_mr(64));
     local_mr garbage = f.pool->allocate(32);
     std::memset(garbage.data(), 0x7f, 32);
+    log_capture log(log_level::info);
     connection control = f.on_listener([&] { return detail::agent_of(*detail::connection_access::state(f.client))->control(); });
     sync_wait(control.send(garbage.all()));
     CHECK(f.eventually([&] { return f.server.is_broken(); }));
@@ -203,12 +249,26 @@ TEST_CASE("a malformed agent message closes the connection with the problem name
     CHECK_THROWS_WITH(sync_wait(f.server.send(buffer.all())),
                       Catch::Contains("agent protocol violation") && Catch::Contains("magic"));
     CHECK_THROWS_AS(sync_wait(f.server.request_remote_mr(64)), disconnected_error);
+    // And the server's side says so through the log sink, as a warning, with
+    // the problem named; its connection's end follows at info.
+    INFO("the lines logged: " << log.all());
+    CHECK(f.eventually([&] { return !log.find({"agent protocol violation", "magic"}).empty(); }));
+    std::string violation = log.find({"agent protocol violation", "magic"});
+    CHECK(violation.rfind("warning cordma: agent protocol violation by ", 0) == 0);
+    CHECK(violation.find("; closing the connection") != std::string::npos);
+    CHECK(f.eventually(
+        [&] { return !log.find({"info cordma: connection to ", ") ended: agent protocol violation"}).empty(); }));
 }
 
 TEST_CASE("connections from the builder carry the agent over rdma_cm", "[agent][builder]") {
+    log_capture log(log_level::debug);
     builder b;
     listener l = b.listen(test::test_address() + ":0");
     auto [server, client] = sync_wait(when_all(l.accept(), b.connect(l.address())));
+    // At debug, the log says each side's connection was set up.
+    INFO("the lines logged: " << log.all());
+    for (const std::string& peer : {client.peer(), server.peer()})
+        CHECK_FALSE(log.find({"debug cordma: connection to " + peer + " (QP ", ") set up, with the agent"}).empty());
     auto pool = b.pool();
     local_mr message = pool->allocate(32);
     std::memcpy(message.data(), "over rdma_cm", 13);

@@ -306,6 +306,39 @@ CORDMA_C_API const char *cordma_last_error(void);
 /** The errno value of this thread's last failed call (0 if none). */
 CORDMA_C_API int cordma_last_errno(void);
 
+/** How much a log line matters, least first (cordma/log.hpp's log_level).
+ *  Debug: connections set up; info: connections ended; warning (the
+ *  default level): a peer that broke a protocol or a refused client, closed
+ *  while everything else goes on; error: cordma itself failed. */
+typedef enum cordma_log_level {
+    CORDMA_LOG_DEBUG = 0,
+    CORDMA_LOG_INFO = 1,
+    CORDMA_LOG_WARNING = 2,
+    CORDMA_LOG_ERROR = 3,
+    CORDMA_LOG_OFF = 4 /**< as a level: nothing is logged */
+} cordma_log_level;
+
+/** Receives each log line that passes the level: its level, its text (no
+ *  trailing newline, valid only during the call) and the `user` pointer
+ *  given to cordma_set_log_sink. Called on whichever thread logs, often a
+ *  context's own thread and sometimes several at once: it must be
+ *  thread-safe and quick. It may call cordma; a line cordma logs meanwhile
+ *  on the same thread goes to stderr. */
+typedef void (*cordma_log_sink)(cordma_log_level level, const char *line, void *user);
+
+/** Sends cordma's log lines to `sink` (with `user`) from now on; NULL
+ *  restores the default, one line each on stderr. By default lines at
+ *  CORDMA_LOG_WARNING and above are written; the environment variable
+ *  CORDMA_LOG (debug, info, warning, error or off) sets another level.
+ *  Any thread, any time: when it returns, the previous sink is running on
+ *  no other thread and is never called again. Returns 0, or -1 (ENOMEM). */
+CORDMA_C_API int cordma_set_log_sink(cordma_log_sink sink, void *user);
+
+/** Lets lines at `level` and above through from now on; CORDMA_LOG_OFF
+ *  silences cordma. Overrides CORDMA_LOG. Returns 0, or -1 (EINVAL) for a
+ *  value that is not a cordma_log_level. */
+CORDMA_C_API int cordma_set_log_level(cordma_log_level level);
+
 #ifdef __cplusplus
 }
 #endif

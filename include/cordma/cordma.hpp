@@ -18,6 +18,7 @@
 #include <cordma/group.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/local_mr.hpp>
+#include <cordma/log.hpp>
 #include <cordma/memory_region.hpp>
 #include <cordma/protection_domain.hpp>
 #include <cordma/queue_pair.hpp>

@@ -11,6 +11,7 @@
 #include <cordma/task_group.hpp>
 #include "agent/call_deadline.hpp"
 #include "engine/connection_state.hpp"
+#include "log/logf.hpp"
 
 namespace cordma {
 
@@ -115,7 +116,7 @@ void agent::violation(const std::string& what) noexcept {
     if (dead_)
         return;
     std::string why = "agent protocol violation by " + peer_ + ": " + what;
-    std::fprintf(stderr, "cordma: %s; closing the connection\n", why.c_str());
+    detail::logf(log_level::warning, "cordma: %s; closing the connection", why.c_str());
     if (auto data = data_.lock())
         data->shut_down(why);
     shut_down(why);

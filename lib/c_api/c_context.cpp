@@ -3,6 +3,7 @@
 // accessors, and the deadline and keepalives every call runs under.
 #include "c_api/c_context.hpp"
 #include "link/link_hello.hpp"
+#include "log/logf.hpp"
 
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
@@ -180,7 +181,7 @@ task<int> accept_task(cordma_context* ctx) {
             error = std::current_exception();
         } catch (const std::exception& e) {
             // Not a peer for this context: refuse it, wait for the next.
-            std::fprintf(stderr, "cordma_accept: refused a connection from %s: %s\n", who.c_str(), e.what());
+            detail::logf(log_level::warning, "cordma_accept: refused a connection from %s: %s", who.c_str(), e.what());
             error = std::current_exception();
         }
         if (!error)

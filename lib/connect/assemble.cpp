@@ -4,6 +4,7 @@
 #include "connect/qp_settings.hpp"
 #include "engine/connection_state.hpp"
 #include "engine/transport.hpp"
+#include "log/logf.hpp"
 
 namespace cordma::detail {
 
@@ -23,6 +24,8 @@ connection assemble(connection_parts parts) {
     state->peer_private_data = std::move(parts.peer_private_data);
     if (parts.shared_receives)
         state->attach_shared_receives(std::move(parts.shared_receives));
+    logf(log_level::debug, "cordma: connection to %s (QP %u) set up%s", state->peer().c_str(), state->qp()->qp_num(),
+         state->agent ? ", with the agent" : "");
     return connection_access::make(std::move(state));
 }
 

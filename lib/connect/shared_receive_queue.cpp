@@ -11,6 +11,7 @@
 #include "connect/runtime.hpp"
 #include "engine/run_and_wait.hpp"
 #include "engine/shared_receive_state.hpp"
+#include "log/logf.hpp"
 
 namespace cordma {
 
@@ -55,7 +56,7 @@ void shared_receive_queue::close() noexcept {
     try {
         state->on_listener_thread([state] { state->close(); });
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "cordma: shared_receive_queue: closing: %s\n", e.what());
+        detail::logf(log_level::error, "cordma: shared_receive_queue: closing: %s", e.what());
     }
 }
 

@@ -14,6 +14,7 @@
 #include "engine/receive_queue_state.hpp"
 #include "engine/shared_receive_state.hpp"
 #include "verbs/check.hpp"
+#include "log/logf.hpp"
 
 
 namespace cordma::detail {
@@ -795,6 +796,8 @@ void connection_state::take_back_from(receive_queue_state* queue, std::span<work
 void connection_state::mark_broken(const std::string& why) noexcept {
     broken_ = true;
     broken_reason_ = why;
+    detail::logf(log_level::info, "cordma: connection to %s (QP %u) ended: %s", peer_.c_str(), qp_->qp_num(),
+                 why.c_str());
     fail_waiters();
     if (receive_queue != nullptr)
         receive_queue->on_broken();
@@ -824,7 +827,7 @@ void connection_state::shut_down(const std::string& why) noexcept {
     try {
         qp_->to_error();
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "cordma: shutting down connection to %s: %s\n", peer_.c_str(), e.what());
+        detail::logf(log_level::error, "cordma: shutting down connection to %s: %s", peer_.c_str(), e.what());
     }
 }
 

@@ -22,6 +22,7 @@
 
 #include "engine/cm_target.hpp"
 #include "verbs/check.hpp"
+#include "log/logf.hpp"
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -328,7 +329,7 @@ void event_listener::run_posted() {
         try {
             fn();
         } catch (const std::exception& e) {
-            std::fprintf(stderr, "cordma: event_listener: a posted function threw: %s\n", e.what());
+            detail::logf(log_level::error, "cordma: event_listener: a posted function threw: %s", e.what());
             std::terminate();
         }
     }
@@ -487,7 +488,7 @@ void event_listener::run() noexcept {
             run_posted();
         }
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "cordma: event_listener on %s failed: %s\n", device_->name().c_str(), e.what());
+        detail::logf(log_level::error, "cordma: event_listener on %s failed: %s", device_->name().c_str(), e.what());
         std::terminate();
     }
 }

@@ -12,6 +12,7 @@
 #include "engine/connection_state.hpp"
 #include "engine/receive_queue_state.hpp"
 #include "engine/run_and_wait.hpp"
+#include "log/logf.hpp"
 
 namespace cordma {
 
@@ -115,7 +116,7 @@ void receive_queue::close() noexcept {
     try {
         state->on_listener_thread([state] { state->close(); });
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "cordma: receive_queue on the connection to %s: closing: %s\n",
+        detail::logf(log_level::error, "cordma: receive_queue on the connection to %s: closing: %s",
                      state->connection().peer().c_str(), e.what());
     }
 }
@@ -263,7 +264,8 @@ void received_message::release() noexcept {
     try {
         queue->on_listener_thread([queue, slot] { queue->release(slot); });
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "cordma: received_message::release: %s (the buffer is not posted again)\n", e.what());
+        detail::logf(log_level::error, "cordma: received_message::release: %s (the buffer is not posted again)",
+                     e.what());
     }
 }
 

@@ -2,6 +2,7 @@
 // for nobody yet, the coroutines awaiting next(), and how the receives go
 // back to the connection when the queue does.
 #include "engine/receive_queue_state.hpp"
+#include "log/logf.hpp"
 
 #include <arpa/inet.h>
 
@@ -166,7 +167,7 @@ void receive_queue_state::release(work_slot* slot) noexcept {
     } catch (const std::exception& e) {
         // A queue that silently shrank would be a trap: say why, and stop.
         idle_.push_back(slot);
-        std::fprintf(stderr, "cordma: receive_queue on the connection to %s: %s\n", connection_->peer().c_str(),
+        detail::logf(log_level::error, "cordma: receive_queue on the connection to %s: %s", connection_->peer().c_str(),
                      e.what());
         connection_->shut_down(std::string("a receive_queue could not post a receive again: ") + e.what());
     }

@@ -16,6 +16,7 @@
 #include <cordma/protection_domain.hpp>
 #include "engine/connection_state.hpp"
 #include "verbs/check.hpp"
+#include "log/logf.hpp"
 
 namespace cordma::detail {
 
@@ -157,13 +158,13 @@ void shared_receive_state::complete(slot* s, const ibv_wc& wc) noexcept {
             }
         }
         if (sender) {
-            std::fprintf(stderr, "cordma: shared_receive_queue on %s: closing the connection to %s: %s\n",
+            detail::logf(log_level::warning, "cordma: shared_receive_queue on %s: closing the connection to %s: %s",
                          pd_->device()->name().c_str(), peer.c_str(), why.c_str());
             sender->shut_down(why);
         } else {
-            std::fprintf(stderr,
+            detail::logf(log_level::warning,
                          "cordma: shared_receive_queue on %s: the connection of QP %u, not accepted yet: %s; it is "
-                         "closed once accepted\n",
+                         "closed once accepted",
                          pd_->device()->name().c_str(), wc.qp_num, why.c_str());
         }
     }
@@ -178,7 +179,7 @@ void shared_receive_state::release(work_slot* ws) noexcept {
         post(s);
     } catch (const std::exception& e) {
         // A queue that silently shrank would be a trap: say why.
-        std::fprintf(stderr, "cordma: shared_receive_queue on %s: could not post a receive again: %s\n",
+        detail::logf(log_level::error, "cordma: shared_receive_queue on %s: could not post a receive again: %s",
                      pd_->device()->name().c_str(), e.what());
     }
 }
@@ -201,7 +202,7 @@ void shared_receive_state::attach(std::uint32_t qp_num, const std::string& peer,
     // reaches ended() like any other.
     event_listener()->post([state, failed, peer, device = pd_->device()->name()] {
         if (auto s = state.lock()) {
-            std::fprintf(stderr, "cordma: shared_receive_queue on %s: closing the connection to %s: %s\n",
+            detail::logf(log_level::warning, "cordma: shared_receive_queue on %s: closing the connection to %s: %s",
                          device.c_str(), peer.c_str(), failed.c_str());
             s->shut_down(failed);
         }

@@ -19,6 +19,7 @@
 #include "group/group_core.hpp"
 #include "link/link_wire.hpp"
 #include "link/peer_link.hpp"
+#include "log/logf.hpp"
 
 namespace cordma::detail {
 
@@ -185,8 +186,8 @@ task<void> confirm_accepted(std::shared_ptr<formation> f, cordma::connection c, 
         refused = true;
     } catch (const std::exception& e) {
         refused = true;
-        std::fprintf(stderr, "cordma: group rank %d: refused a connection from %s: %s\n", core->rank(), who.c_str(),
-                     e.what());
+        detail::logf(log_level::warning, "cordma: group rank %d: refused a connection from %s: %s", core->rank(),
+                     who.c_str(), e.what());
     }
     if (refused)
         co_await c.close();
@@ -218,7 +219,7 @@ task<void> form_mesh(std::shared_ptr<group_core> core, listener incoming, clock:
         } catch (const operation_cancelled&) {
             break;
         } catch (const std::exception& e) {
-            std::fprintf(stderr, "cordma: group rank %d: accept failed: %s\n", core->rank(), e.what());
+            detail::logf(log_level::error, "cordma: group rank %d: accept failed: %s", core->rank(), e.what());
             continue;
         }
         handshakes.spawn(confirm_accepted(f, std::move(*c), deadline_stop.get_token()));

@@ -23,6 +23,7 @@
 #include "engine/run_and_wait.hpp"
 #include "rpc/frame_buffers.hpp"
 #include "rpc/rpc_wire.hpp"
+#include "log/logf.hpp"
 
 namespace cordma::rpc::detail {
 
@@ -152,11 +153,11 @@ server_state::server_state(builder& b, server_options options)
     check_options(options_);
     bool srq = options_.shared_receives && cordma::shared_receive_queue::supported(b);
     if (options_.shared_receives && !srq)
-        std::fprintf(stderr,
-                     "cordma::rpc::server: device %s has no shared receive queues: each client gets its own "
-                     "%u receives of %zu bytes instead\n",
-                     b.event_listener()->device()->name().c_str(), options_.credits,
-                     options_.eager_size + wire::header_size);
+        cordma::detail::logf(log_level::warning,
+                             "cordma::rpc::server: device %s has no shared receive queues: each client gets its own "
+                             "%u receives of %zu bytes instead",
+                             b.event_listener()->device()->name().c_str(), options_.credits,
+                             options_.eager_size + wire::header_size);
     if (srq)
         srq_ = cordma::shared_receive_queue(b, options_.receives, options_.eager_size + wire::header_size);
     heartbeat_memory_ = std::make_unique<std::byte[]>(8);
@@ -204,7 +205,7 @@ void server_state::start_loops() {
         try {
             std::rethrow_exception(e);
         } catch (const std::exception& x) {
-            std::fprintf(stderr, "cordma::rpc::server: %s\n", x.what());
+            cordma::detail::logf(log_level::error, "cordma::rpc::server: %s", x.what());
         }
     };
     spawn_detached(dispatch_loop(), log);
@@ -273,7 +274,8 @@ task<void> server_state::own_receives_loop(std::shared_ptr<session> s) {
 void server_state::admit(cordma::connection c) {
     std::string peer = c.peer();
     auto refuse = [&](const std::string& why) {
-        std::fprintf(stderr, "cordma::rpc::server: refused a client from %s: %s\n", peer.c_str(), why.c_str());
+        cordma::detail::logf(log_level::warning, "cordma::rpc::server: refused a client from %s: %s", peer.c_str(),
+                             why.c_str());
         c.shut_down();
     };
     if (c.is_broken())
@@ -307,10 +309,11 @@ void server_state::admit(cordma::connection c) {
         }
         if (!warned_receives_ && (sessions_.size() + 1) * options_.credits > options_.receives) {
             warned_receives_ = true;
-            std::fprintf(stderr,
-                         "cordma::rpc::server: %zu clients x %u credits is more than the %zu receives: clients may "
-                         "wait in receiver-not-ready retries (raise server_options::receives)\n",
-                         sessions_.size() + 1, options_.credits, options_.receives);
+            cordma::detail::logf(
+                log_level::warning,
+                "cordma::rpc::server: %zu clients x %u credits is more than the %zu receives: clients may "
+                "wait in receiver-not-ready retries (raise server_options::receives)",
+                sessions_.size() + 1, options_.credits, options_.receives);
         }
     }
     sessions_[s->qp_num] = s;
@@ -338,8 +341,8 @@ void server_state::admit(cordma::connection c) {
 }
 
 void server_state::violation(std::shared_ptr<session> s, std::string why) {
-    std::fprintf(stderr, "cordma::rpc::server: client %s: %s; closing its connection\n", s->peer.c_str(),
-                 why.c_str());
+    cordma::detail::logf(log_level::warning, "cordma::rpc::server: client %s: %s; closing its connection",
+                         s->peer.c_str(), why.c_str());
     if (s->gone)
         return;
     // Closed, not only shut down: the client is told at once, even while

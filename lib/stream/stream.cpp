@@ -10,6 +10,7 @@
 
 #include "engine/waiter_queue.hpp"
 #include "stream/stream_state.hpp"
+#include "log/logf.hpp"
 
 namespace cordma {
 
@@ -142,7 +143,7 @@ task<void> open_accepted(std::weak_ptr<stream_accepts> weak, builder b, stream_o
             co_await state->close();
         co_return;
     }
-    std::fprintf(stderr, "cordma::stream_listener::accept: refused %s: %s\n", who.c_str(), failure.c_str());
+    detail::logf(log_level::warning, "cordma::stream_listener::accept: refused %s: %s", who.c_str(), failure.c_str());
     co_await c.close();
 }
 

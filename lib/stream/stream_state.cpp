@@ -12,6 +12,7 @@
 
 #include "link/link_hello.hpp"
 #include "link/link_wire.hpp"
+#include "log/logf.hpp"
 
 namespace cordma::detail {
 
@@ -63,7 +64,7 @@ void stream_state::fail(std::errc code, const std::string& why, int, bool tell_p
         return;
     // One line per stream that fails (a peer that broke the protocol, sent
     // an abort, or went away mid-stream): a server has no other trace of it.
-    std::fprintf(stderr, "cordma::stream to %s: %s; closing it\n", peer_.c_str(), why.c_str());
+    detail::logf(log_level::warning, "cordma::stream to %s: %s; closing it", peer_.c_str(), why.c_str());
     failure_.emplace(code, why);
     flushed_->close();
     if (!link_)

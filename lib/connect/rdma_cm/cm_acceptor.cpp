@@ -11,6 +11,7 @@
 #include "engine/connection_state.hpp"
 #include "engine/listener_owned.hpp"
 #include "verbs/check.hpp"
+#include "log/logf.hpp"
 
 namespace cordma::detail {
 
@@ -107,7 +108,8 @@ void cm_acceptor::on_cm_event(const cm_event_copy& event) noexcept {
 
 void cm_acceptor::refuse_client(rdma_cm_id* id, cm_refusal::reason_type reason, const char* why) noexcept {
     std::string peer = peer_of(id);
-    std::fprintf(stderr, "cordma: listener %s: refused a client from %s: %s\n", address_.c_str(), peer.c_str(), why);
+    detail::logf(log_level::warning, "cordma: listener %s: refused a client from %s: %s", address_.c_str(),
+                 peer.c_str(), why);
     refuse(id, reason);
     rdma_destroy_id(id);
 }
@@ -129,8 +131,10 @@ void cm_acceptor::accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept
     if (!state || !state->agent) {
         // Not one of ours (a forged or stale token), or its connection is
         // already gone.
-        std::fprintf(stderr, "cordma: listener %s: refused an agent control queue pair from %s: its token matches no "
-                     "connection waiting for one\n", address_.c_str(), peer_of(id).c_str());
+        detail::logf(log_level::warning,
+                     "cordma: listener %s: refused an agent control queue pair from %s: its token matches no "
+                     "connection waiting for one",
+                     address_.c_str(), peer_of(id).c_str());
         return reject(id);
     }
     auto handshake = [](std::shared_ptr<cm_acceptor> self, std::shared_ptr<cm_id> cm, cm_hello hello,
@@ -209,7 +213,7 @@ task<void> cm_acceptor::handshake(std::shared_ptr<cm_acceptor>, connect_request 
     }
     // One client that could not be set up (gave up mid-handshake, could
     // not agree on the path) is dropped; the listener goes on.
-    std::fprintf(stderr, "cordma: listener %s: dropped a client: %s\n", address_.c_str(), failure.c_str());
+    detail::logf(log_level::warning, "cordma: listener %s: dropped a client: %s", address_.c_str(), failure.c_str());
 }
 
 void cm_acceptor::close() {

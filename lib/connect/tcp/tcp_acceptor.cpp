@@ -20,6 +20,7 @@
 #include "connect/tcp/tcp_handshake.hpp"
 #include "connect/tcp/tcp_io.hpp"
 #include "engine/listener_owned.hpp"
+#include "log/logf.hpp"
 
 namespace cordma::detail {
 
@@ -86,8 +87,8 @@ task<void> tcp_acceptor::handshake_and_queue(std::shared_ptr<tcp_acceptor>, std:
     }
     // The client gave up, timed out, is not a cordma peer or could
     // not agree on the path: drop it.
-    std::fprintf(stderr, "cordma: listener %s: dropped a client from %s: %s\n", address_.c_str(), peer.c_str(),
-                 failure.c_str());
+    detail::logf(log_level::warning, "cordma: listener %s: dropped a client from %s: %s", address_.c_str(),
+                 peer.c_str(), failure.c_str());
 }
 
 void tcp_acceptor::close() {

@@ -1,4 +1,5 @@
 #include "connect/tcp/tcp_service.hpp"
+#include "log/logf.hpp"
 
 #include <cstdio>
 #include <exception>
@@ -15,7 +16,7 @@ tcp_service::tcp_service() : context_(std::make_shared<asio::io_context>()), wor
                 context->run();
                 return;
             } catch (const std::exception& e) {
-                std::fprintf(stderr, "cordma: TCP endpoint exchange: an io handler threw: %s\n", e.what());
+                detail::logf(log_level::error, "cordma: TCP endpoint exchange: an io handler threw: %s", e.what());
             }
         }
     });

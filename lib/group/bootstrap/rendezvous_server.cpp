@@ -25,6 +25,7 @@
 #include <cordma/group.hpp>
 
 #include "group/bootstrap/rendezvous_message.hpp"
+#include "log/logf.hpp"
 
 namespace cordma::detail {
 
@@ -176,8 +177,10 @@ public:
             slots_[from->rank]->from != from)
             return;
         left_.insert(from->rank);
-        std::fprintf(stderr, "cordma: torchrun rendezvous (%s): rank %d (from %s) left before every rank had "
-                             "published: %s\n", where_.c_str(), from->rank, from->peer().c_str(), why.c_str());
+        detail::logf(log_level::warning,
+                     "cordma: torchrun rendezvous (%s): rank %d (from %s) left before every rank had "
+                     "published: %s",
+                     where_.c_str(), from->rank, from->peer().c_str(), why.c_str());
         slots_[from->rank].reset();
         from->rank = -1;
         --published_;
@@ -185,8 +188,8 @@ public:
     }
 
     void drop(const std::shared_ptr<session>& s, const std::string& why) {
-        std::fprintf(stderr, "cordma: torchrun rendezvous (%s): closed the client from %s: %s\n", where_.c_str(),
-                     s->peer().c_str(), why.c_str());
+        detail::logf(log_level::warning, "cordma: torchrun rendezvous (%s): closed the client from %s: %s",
+                     where_.c_str(), s->peer().c_str(), why.c_str());
         if (s->rank < 0)
             --unpublished_;
         s->close();
@@ -221,7 +224,7 @@ private:
                     co_return;
                 // Out of descriptors and the like: say so, and give the
                 // system a moment instead of spinning on the same error.
-                std::fprintf(stderr, "cordma: torchrun rendezvous (%s): accept: %s\n", where_.c_str(),
+                detail::logf(log_level::error, "cordma: torchrun rendezvous (%s): accept: %s", where_.c_str(),
                              ec.message().c_str());
                 timer_.expires_after(std::chrono::milliseconds(50));
                 co_await timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -361,7 +364,7 @@ asio::awaitable<void> session::run(std::shared_ptr<session> self) {
         co_return;
     }
     if (std::string refusal = server_.publish(self, publish); !refusal.empty()) {
-        std::fprintf(stderr, "cordma: torchrun rendezvous: refused the client from %s: %s\n", peer_.c_str(),
+        detail::logf(log_level::warning, "cordma: torchrun rendezvous: refused the client from %s: %s", peer_.c_str(),
                      refusal.c_str());
         send(encode_rendezvous_refused(refusal), true);
         server_.forget(self);
