@@ -1,4 +1,5 @@
 #pragma once
+/// \file
 /// cordma's log: the lines the library writes when something happens that no
 /// caller is there to be told about (a peer that broke a protocol and was
 /// cut off, a client a listener refused or dropped, a setting the device
