@@ -298,9 +298,12 @@ public:
     /// new ones throw disconnected_error. Thread-safe.
     void shut_down();
 
-    /// Disconnects gracefully: the peer is told (its pending operations fail
-    /// with a disconnected error naming this side), then this side shuts
-    /// down as above. Lazy; resumes on the event listener thread; never throws for
+    /// Disconnects gracefully: the peer is told (its operations already
+    /// posted, such as a waiting recv, come back flushed:
+    /// work_completion_error with IBV_WC_WR_FLUSH_ERR, equal to
+    /// std::errc::connection_aborted, whose message names this side's
+    /// disconnect; operations it starts later throw disconnected_error),
+    /// then this side shuts down as above. Lazy; resumes on the event listener thread; never throws for
     /// a connection that is already broken or closed.
     task<void> close();
 
