@@ -522,6 +522,15 @@ TEST_CASE("a cancellation slot cancels with operation_aborted; total is not hono
     run_until(io, partial_done, "the recv_imm cancelled with partial");
     CHECK(partial_error == asio::error::operation_aborted);
 
+    // If the recv_imm was posted before its cancellation, its receive stays
+    // posted (an orphan) and keeps the connection alive until a message
+    // lands in it: one immediate-only message (a recv_imm's receive has no
+    // buffer), taken by one more recv_imm, leaves nothing posted, whichever
+    // way the race went (LeakSanitizer checks).
+    auto [last, sent] = sync_wait(when_all(f.server.recv_imm(), f.client.send_with_imm(out.slice(0, 0), 77)));
+    (void)sent;
+    CHECK(last.length == 0);
+    CHECK(last.imm == std::optional<std::uint32_t>(77));
 }
 
 TEST_CASE("an agent call waiting for nothing is cancelled through its slot or its agent_call::stop", "[asio][cancel][agent]") {
