@@ -54,6 +54,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "raw_peer.h"
+
 static const char *role = "atomic_probe";
 
 static void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
@@ -68,32 +70,11 @@ static void die(int code, const char *fmt, ...) {
     exit(code);
 }
 
-static int64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-static void pause_ms(int ms) {
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
-
 static struct sockaddr_in resolve(const char *host_port) {
-    char host[256];
-    const char *colon = strrchr(host_port, ':');
-    if (colon == NULL || (size_t)(colon - host_port) >= sizeof host)
-        die(2, "'%s' is not ADDR:PORT", host_port);
-    memcpy(host, host_port, (size_t)(colon - host_port));
-    host[colon - host_port] = 0;
-    struct addrinfo hints = {0}, *found = NULL;
-    hints.ai_family = AF_INET;
-    int rc = getaddrinfo(host, colon + 1, &hints, &found);
-    if (rc != 0)
-        die(2, "getaddrinfo(%s): %s", host_port, gai_strerror(rc));
     struct sockaddr_in out;
-    memcpy(&out, found->ai_addr, sizeof out);
-    freeaddrinfo(found);
+    const char *why = resolve_host_port(host_port, &out);
+    if (why != NULL)
+        die(2, "%s", why);
     return out;
 }
 
@@ -179,14 +160,7 @@ static int server(const char *address, int timeout_s, int linger_s) {
     struct ibv_cq *cq = ibv_create_cq(id->verbs, 16, NULL, NULL, 0);
     if (pd == NULL || cq == NULL)
         die(3, "ibv_alloc_pd/ibv_create_cq: %s", strerror(errno));
-    struct ibv_qp_init_attr qa = {0};
-    qa.send_cq = cq;
-    qa.recv_cq = cq;
-    qa.qp_type = IBV_QPT_RC;
-    qa.cap.max_send_wr = 4;
-    qa.cap.max_recv_wr = 4;
-    qa.cap.max_send_sge = 1;
-    qa.cap.max_recv_sge = 1;
+    struct ibv_qp_init_attr qa = rc_qp_attr(cq, cq, 4, 4);
     if (rdma_create_qp(id, pd, &qa) != 0)
         die(3, "rdma_create_qp: %s", strerror(errno));
     uint64_t *word = aligned_alloc(4096, region_bytes);
@@ -294,14 +268,7 @@ static bool try_connect(struct sockaddr_in *to, uint8_t depth, uint8_t *depth_us
     if (d > dev.max_qp_rd_atom)
         d = (uint8_t)dev.max_qp_rd_atom;
     *depth_used = d;
-    struct ibv_qp_init_attr qa = {0};
-    qa.send_cq = ccq;
-    qa.recv_cq = ccq;
-    qa.qp_type = IBV_QPT_RC;
-    qa.cap.max_send_wr = 512;
-    qa.cap.max_recv_wr = 4;
-    qa.cap.max_send_sge = 1;
-    qa.cap.max_recv_sge = 1;
+    struct ibv_qp_init_attr qa = rc_qp_attr(ccq, ccq, 512, 4);
     if (rdma_create_qp(cid, cpd, &qa) != 0)
         die(3, "rdma_create_qp: %s", strerror(errno));
     uint8_t ack_timeout = 14;  // cordma's default: 4.096 us * 2^14 = 67 ms

@@ -46,6 +46,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "raw_peer.h"
+
 static const char *scenario = "?";
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -76,17 +78,6 @@ static void on_alarm(int sig) {
     if (write(2, text, sizeof text - 1) < 0) {
     }
     _exit(3);
-}
-
-static int64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-static void pause_ms(int ms) {
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
 }
 
 /* ---- bytes ---------------------------------------------------------- */
@@ -183,20 +174,10 @@ typedef struct {
 static struct sockaddr_in target;  // HOST:PORT from the command line
 
 static struct sockaddr_in resolve(const char *host_port) {
-    char host[256];
-    const char *colon = strrchr(host_port, ':');
-    if (colon == NULL || (size_t)(colon - host_port) >= sizeof host)
-        fail("'%s' is not HOST:PORT", host_port);
-    memcpy(host, host_port, (size_t)(colon - host_port));
-    host[colon - host_port] = 0;
-    struct addrinfo hints = {0}, *found = NULL;
-    hints.ai_family = AF_INET;
-    int rc = getaddrinfo(host, colon + 1, &hints, &found);
-    if (rc != 0)
-        fail("getaddrinfo(%s): %s", host_port, gai_strerror(rc));
     struct sockaddr_in out;
-    memcpy(&out, found->ai_addr, sizeof out);
-    freeaddrinfo(found);
+    const char *why = resolve_host_port(host_port, &out);
+    if (why != NULL)
+        fail("%s", why);
     return out;
 }
 
@@ -253,14 +234,7 @@ static void cm_open(link_t *l, const char *name) {
     l->recv_cq = ibv_create_cq(l->id->verbs, 256, NULL, NULL, 0);
     if (l->send_cq == NULL || l->recv_cq == NULL)
         fail("ibv_create_cq: %s", strerror(errno));
-    struct ibv_qp_init_attr attr = {0};
-    attr.send_cq = l->send_cq;
-    attr.recv_cq = l->recv_cq;
-    attr.qp_type = IBV_QPT_RC;
-    attr.cap.max_send_wr = 128;
-    attr.cap.max_recv_wr = receive_slots;
-    attr.cap.max_send_sge = 1;
-    attr.cap.max_recv_sge = 1;
+    struct ibv_qp_init_attr attr = rc_qp_attr(l->send_cq, l->recv_cq, 128, receive_slots);
     if (rdma_create_qp(l->id, pd, &attr) != 0)
         fail("rdma_create_qp: %s", strerror(errno));
     l->qp = l->id->qp;
@@ -724,11 +698,7 @@ static int cm_scenario(const char *name) {
         // No QP on the id: librdmacm then leaves the RTU to us.
         open_memory(l.id->verbs);
         struct ibv_cq *cq = ibv_create_cq(l.id->verbs, 16, NULL, NULL, 0);
-        struct ibv_qp_init_attr attr = {0};
-        attr.send_cq = attr.recv_cq = cq;
-        attr.qp_type = IBV_QPT_RC;
-        attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
-        attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+        struct ibv_qp_init_attr attr = rc_qp_attr(cq, cq, 4, 4);
         struct ibv_qp *qp = cq != NULL ? ibv_create_qp(pd, &attr) : NULL;
         if (qp == NULL)
             fail("ibv_create_qp: %s", strerror(errno));
@@ -907,14 +877,7 @@ static raw_qp_t raw_qp(void) {
     memset(&q, 0, sizeof q);
     q.send_cq = ibv_create_cq(context, 256, NULL, NULL, 0);
     q.recv_cq = ibv_create_cq(context, 256, NULL, NULL, 0);
-    struct ibv_qp_init_attr attr = {0};
-    attr.send_cq = q.send_cq;
-    attr.recv_cq = q.recv_cq;
-    attr.qp_type = IBV_QPT_RC;
-    attr.cap.max_send_wr = 64;
-    attr.cap.max_recv_wr = receive_slots;
-    attr.cap.max_send_sge = 1;
-    attr.cap.max_recv_sge = 1;
+    struct ibv_qp_init_attr attr = rc_qp_attr(q.send_cq, q.recv_cq, 64, receive_slots);
     q.qp = ibv_create_qp(pd, &attr);
     if (q.qp == NULL)
         fail("ibv_create_qp: %s", strerror(errno));
