@@ -276,6 +276,21 @@ auto async_cordma(CompletionToken&& token, Make make, std::stop_token also = {},
         token, std::move(make), std::move(also), honoured, std::move(default_executor));
 }
 
+/// An agent call as an Asio operation: `call_with(agent_call)` makes the
+/// cordma task. The call gets the operation's stop token (which the slot
+/// stops), and the caller's own agent_call::stop stops the operation too.
+template <class CompletionToken, class CallWith>
+auto async_agent_call(CompletionToken&& token, agent_call call, CallWith call_with) {
+    std::stop_token also = call.stop;
+    return async_cordma<std::error_code>(
+        std::forward<CompletionToken>(token),
+        [call, call_with = std::move(call_with)](std::stop_token stop) mutable {
+            call.stop = std::move(stop);
+            return call_with(call);
+        },
+        std::move(also));
+}
+
 }  // namespace detail
 
 // ---- Connection operations --------------------------------------------------
@@ -444,14 +459,10 @@ template <class CompletionToken>
 auto async_request_remote_mr(connection conn, std::size_t size, std::size_t alignment,
                              std::chrono::milliseconds lease, access_flags access, agent_call call,
                              CompletionToken&& token) {
-    std::stop_token also = call.stop;
-    return detail::async_cordma<std::error_code>(
-        std::forward<CompletionToken>(token),
-        [conn, size, alignment, lease, access, call](std::stop_token stop) mutable {
-            call.stop = std::move(stop);
-            return conn.request_remote_mr(size, alignment, lease, access, call);
-        },
-        std::move(also));
+    return detail::async_agent_call(std::forward<CompletionToken>(token), std::move(call),
+                                    [conn, size, alignment, lease, access](agent_call c) mutable {
+                                        return conn.request_remote_mr(size, alignment, lease, access, c);
+                                    });
 }
 
 /// request_remote_mr with the defaults: 64-byte alignment, the peer's
@@ -470,14 +481,10 @@ auto async_request_remote_mr(connection conn, std::size_t size, CompletionToken&
 template <class CompletionToken>
 auto async_send_local_mr(connection conn, local_slice region, std::chrono::milliseconds lease, access_flags access,
                          agent_call call, CompletionToken&& token) {
-    std::stop_token also = call.stop;
-    return detail::async_cordma<std::error_code>(
-        std::forward<CompletionToken>(token),
-        [conn, region, lease, access, call](std::stop_token stop) mutable {
-            call.stop = std::move(stop);
-            return conn.send_local_mr(region, lease, access, call);
-        },
-        std::move(also));
+    return detail::async_agent_call(std::forward<CompletionToken>(token), std::move(call),
+                                    [conn, region, lease, access](agent_call c) mutable {
+                                        return conn.send_local_mr(region, lease, access, c);
+                                    });
 }
 
 /// send_local_mr with the defaults: this side's default lease, remote read
@@ -493,14 +500,8 @@ auto async_send_local_mr(connection conn, local_slice region, CompletionToken&& 
 /// send_local_mr. Completion: void(std::error_code, remote_mr).
 template <class CompletionToken>
 auto async_receive_remote_mr(connection conn, agent_call call, CompletionToken&& token) {
-    std::stop_token also = call.stop;
-    return detail::async_cordma<std::error_code>(
-        std::forward<CompletionToken>(token),
-        [conn, call](std::stop_token stop) mutable {
-            call.stop = std::move(stop);
-            return conn.receive_remote_mr(call);
-        },
-        std::move(also));
+    return detail::async_agent_call(std::forward<CompletionToken>(token), std::move(call),
+                                    [conn](agent_call c) mutable { return conn.receive_remote_mr(c); });
 }
 
 /// receive_remote_mr with the builder's agent_timeout.
@@ -515,14 +516,10 @@ auto async_receive_remote_mr(connection conn, CompletionToken&& token) {
 /// a region whose grant already ended gives std::errc::timed_out.
 template <class CompletionToken>
 auto async_send_remote_mr(connection conn, remote_mr region, agent_call call, CompletionToken&& token) {
-    std::stop_token also = call.stop;
-    return detail::async_cordma<std::error_code>(
-        std::forward<CompletionToken>(token),
-        [conn, region = std::move(region), call](std::stop_token stop) mutable {
-            call.stop = std::move(stop);
-            return conn.send_remote_mr(std::move(region), call);
-        },
-        std::move(also));
+    return detail::async_agent_call(std::forward<CompletionToken>(token), std::move(call),
+                                    [conn, region = std::move(region)](agent_call c) mutable {
+                                        return conn.send_remote_mr(std::move(region), c);
+                                    });
 }
 
 /// send_remote_mr with the builder's agent_timeout.
@@ -537,14 +534,8 @@ auto async_send_remote_mr(connection conn, remote_mr region, CompletionToken&& t
 /// handed back. Completion: void(std::error_code, local_mr).
 template <class CompletionToken>
 auto async_receive_local_mr(connection conn, agent_call call, CompletionToken&& token) {
-    std::stop_token also = call.stop;
-    return detail::async_cordma<std::error_code>(
-        std::forward<CompletionToken>(token),
-        [conn, call](std::stop_token stop) mutable {
-            call.stop = std::move(stop);
-            return conn.receive_local_mr(call);
-        },
-        std::move(also));
+    return detail::async_agent_call(std::forward<CompletionToken>(token), std::move(call),
+                                    [conn](agent_call c) mutable { return conn.receive_local_mr(c); });
 }
 
 /// receive_local_mr with the builder's agent_timeout.
