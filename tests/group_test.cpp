@@ -24,6 +24,7 @@
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 
+#include "support/group_ranks.hpp"
 #include "support/peer_process.hpp"
 #include "support/rxe_device.hpp"
 
@@ -32,46 +33,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::atomic<int> next_port{7700};
-
-std::vector<std::string> host_list(int n) {
-    int base = next_port.fetch_add(n);
-    std::vector<std::string> hosts;
-    for (int r = 0; r < n; ++r)
-        hosts.push_back(test::test_address() + ":" + std::to_string(base + r));
-    return hosts;
-}
-
-builder rank_builder() {
-    builder b;
-    b.device(test::test_device_name());
-    return b;
-}
-
-/// Runs `body(rank)` on n threads at once; returns each rank's failure
-/// message ("" for none).
-std::vector<std::string> run_ranks(int n, const std::function<void(int)>& body) {
-    std::vector<std::string> failures(static_cast<std::size_t>(n));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-        threads.emplace_back([&, r] {
-            try {
-                body(r);
-            } catch (const std::exception& e) {
-                failures[static_cast<std::size_t>(r)] = e.what();
-            }
-        });
-    for (auto& t : threads)
-        t.join();
-    return failures;
-}
-
-void require_none(const std::vector<std::string>& failures) {
-    for (std::size_t r = 0; r < failures.size(); ++r) {
-        INFO("rank " << r << ": " << failures[r]);
-        CHECK(failures[r].empty());
-    }
-}
+using test::host_list;
+using test::rank_builder;
+using test::require_none;
+using test::run_ranks;
 
 std::byte pattern(int rank, int block, std::size_t i) {
     return static_cast<std::byte>((rank * 131 + block * 17 + static_cast<int>(i)) & 0xff);

@@ -16,6 +16,7 @@
 #include <cordma/error.hpp>
 #include <cordma/event_listener.hpp>
 #include <cordma/group.hpp>
+#include <cordma/pending.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/log.hpp>

@@ -32,6 +32,21 @@
 /// Which algorithm each collective uses, by size and group size, is in
 /// docs/group.md.
 ///
+/// Point-to-point messages (MPI_Send / MPI_Recv): `co_await g.send(2,
+/// buf, tag)` on one rank, `co_await g.recv(0, buf, tag)` (or
+/// `g.recv_any(buf)`, which says who sent it) on another, at any time,
+/// mixed freely with collectives (a message never takes a collective's
+/// place, nor the other way round). Messages from one rank with one tag
+/// are received in the order they were sent; a recv takes the oldest
+/// message that matches it, or waits for the next one. Any size: up to
+/// eager_size inline, larger ones read by the receiver from the sender's
+/// buffer (the send returns once it has been read). A message nobody
+/// asked for yet waits on the receiving rank: up to `window` of them per
+/// sender are copied aside (their receives and credits go back at once, so
+/// a collective after them never waits behind them); beyond that the
+/// sender waits for credit, as MPI_Send may. start_send and start_recv
+/// start one now for a co_await later (pending.hpp).
+///
 /// Failure: a collective that fails (a rank died, a mismatch, its deadline,
 /// its stop token) breaks the group: every pending and later collective on
 /// this rank throws group_error, and the other ranks are told (they fail
@@ -56,6 +71,7 @@
 #include <cordma/connection.hpp>
 #include <cordma/export.hpp>
 #include <cordma/local_mr.hpp>
+#include <cordma/pending.hpp>
 #include <cordma/task.hpp>
 
 namespace cordma {
@@ -182,6 +198,17 @@ constexpr element_type element_type_of() {
     else static_assert(sizeof(T) == 0, "reductions take 8- to 64-bit integers, float and double");
 }
 
+/// What a point-to-point recv took: who sent it, with which tag, and how
+/// many bytes (at the start of the recv's buffer).
+struct message_info {
+    /// The sending rank.
+    int source = -1;
+    /// The tag it was sent with.
+    std::uint32_t tag = 0;
+    /// Its length in bytes.
+    std::size_t size = 0;
+};
+
 /// The order all_to_all exchanges its blocks in.
 enum class all_to_all_order {
     /// Every pair at once (the default): each rank sends to and receives
@@ -266,6 +293,44 @@ public:
     task<void> all_reduce(local_slice send, local_slice recv, reduce_op op, group_call call = {}) {
         return all_reduce(std::move(send), std::move(recv), element_type_of<T>(), op, std::move(call));
     }
+
+    /// A recv's tag that matches every tag (MPI_ANY_TAG). Sends may not
+    /// use it.
+    static constexpr std::uint32_t any_tag = 0xffffffffu;
+
+    /// Sends `buffer` to rank `dest` as one message with `tag`; returns
+    /// once `buffer` may be reused: at once up to group_options::eager_size
+    /// (copied), else once `dest` has read it (its recv must come). Waits
+    /// for credit first if `dest` has `window` messages and frames not yet
+    /// taken. Throws std::out_of_range for a rank that is not another
+    /// rank of the group, std::invalid_argument for any_tag, group_error:
+    /// timed_out or operation_canceled (call's deadline or stop) if it had
+    /// not been sent yet (nothing sent; the group goes on), the group's
+    /// failure otherwise (a large message whose reader did not come in
+    /// time breaks the group: its buffer may still be read).
+    task<void> send(int dest, local_slice buffer, std::uint32_t tag = 0, group_call call = {});
+    /// Receives the oldest message from rank `source` with `tag` (any_tag:
+    /// whatever its tag) into `buffer`, waiting for one if none is there.
+    /// A message longer than `buffer` is not taken: group_error
+    /// (message_size, naming both sizes), and it stays for a recv with
+    /// room. Deadline or stop: group_error (timed_out, operation_canceled),
+    /// nothing taken, the group goes on. A source that went away with
+    /// nothing left for this recv breaks the group, naming it.
+    task<message_info> recv(int source, local_slice buffer, std::uint32_t tag = any_tag, group_call call = {});
+    /// As recv, from whichever rank's matching message came first
+    /// (MPI_ANY_SOURCE); message_info::source says which.
+    task<message_info> recv_any(local_slice buffer, std::uint32_t tag = any_tag, group_call call = {});
+    /// send, started now: its frame is posted before this returns when
+    /// credit is there (so sends started in order go in order); co_await
+    /// wait() on the result later. `buffer` must stay valid until then.
+    pending<void> start_send(int dest, local_slice buffer, std::uint32_t tag = 0, group_call call = {});
+    /// recv, started now: it takes the first matching message that
+    /// arrives from here on (before recvs started later); co_await
+    /// wait() on the result later.
+    pending<message_info> start_recv(int source, local_slice buffer, std::uint32_t tag = any_tag,
+                                     group_call call = {});
+    /// recv_any, started now.
+    pending<message_info> start_recv_any(local_slice buffer, std::uint32_t tag = any_tag, group_call call = {});
 
     /// Closes every connection of the group; pending collectives throw.
     /// Never throws.

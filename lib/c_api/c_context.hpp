@@ -58,6 +58,7 @@ public:
     void fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers) override;
     bool failed() const noexcept override { return failure_.has_value(); }
     [[noreturn]] void throw_failure() const override;
+    const char* module_name() const noexcept override { return "C API"; }
 
     /// Throws c_failure unless the peer can carry a call (ENOTCONN).
     void check_usable() const;

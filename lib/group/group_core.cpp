@@ -58,6 +58,19 @@ void group_core::fail(std::errc code, const std::string& why, int rank_at_fault,
             l->send_abort(at_fault, "rank " + std::to_string(rank_) + " reports: " + why);
         l->close_queues();
     }
+    if (mailbox_)
+        mailbox_->fail_all();
+}
+
+std::string group_core::prefix() const {
+    return "cordma::group, rank " + std::to_string(rank_) + " of " + std::to_string(size()) + ": ";
+}
+
+std::string group_core::describe_extra(const wire::header& h) const {
+    if (h.op != wire::collective::reduce && h.op != wire::collective::all_reduce)
+        return {};
+    return std::string(", ") + element_name(static_cast<element_type>(h.extra >> 8)) + " " +
+           reduce_name(static_cast<reduce_op>(h.extra & 0xff));
 }
 
 void group_core::throw_failure() const {
@@ -142,13 +155,17 @@ void group_core::tick_at(std::chrono::steady_clock::time_point at) {
 void group_core::tick() {
     ticking_ = false;
     // (next_tick_ still says when this tick was due.)
-    if (!busy_ || failure_)
+    if (failure_ || (!busy_ && p2p_calls_.empty()))
         return;
     auto now = std::chrono::steady_clock::now();
-    if (now >= deadline_) {
-        stop_.request_stop();
-        return;
+    auto next = now + tick_interval;
+    if (busy_) {
+        if (now >= deadline_)
+            stop_.request_stop();  // its wake-up is posted: the loop below is safe
+        else
+            next = std::min(next, deadline_);
     }
+    next = std::min(next, expire_p2p_calls(now));
     // Still waiting: make sure every peer is still there (a rank whose
     // host powered off sends no disconnect). A tick that comes late means
     // this process was starved of CPU: the peers' answers may be waiting
@@ -160,7 +177,7 @@ void group_core::tick() {
                 l->excuse_silence(now);
             l->probe(now, options_.peer_timeout);
         }
-    tick_at(std::min(deadline_, now + tick_interval));
+    tick_at(next);
 }
 
 local_slice group_core::scratch(std::size_t size) {

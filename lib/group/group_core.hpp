@@ -18,6 +18,7 @@
 #include <cordma/local_mr.hpp>
 #include <cordma/task.hpp>
 
+#include "group/mailbox.hpp"
 #include "link/link_wire.hpp"
 #include "link/peer_link.hpp"
 
@@ -45,6 +46,8 @@ public:
     /// still forming (waiting for others) must already answer the pings of
     /// ranks that have formed and wait in their first collective.
     void set_link(int r, std::shared_ptr<peer_link> l) {
+        mail();
+        l->set_message_sink(mailbox_);
         l->start();
         links_.at(static_cast<std::size_t>(r)) = std::move(l);
     }
@@ -56,6 +59,11 @@ public:
     void fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers) override;
     bool failed() const noexcept override { return failure_.has_value(); }
     [[noreturn]] void throw_failure() const override;
+    const char* module_name() const noexcept override { return "group"; }
+    /// A reduction's element type and operation.
+    std::string describe_extra(const link_wire::header& h) const override;
+    /// "cordma::group, rank 1 of 3: ", how this rank's errors begin.
+    std::string prefix() const;
 
     /// The collective in progress: its number and the token that stops
     /// when its deadline passes or its caller's stop token is stopped.
@@ -70,6 +78,13 @@ public:
     /// under its deadline; any failure breaks the group (see group.hpp).
     task<void> run(link_wire::collective op, group_call call, task<void> body);
 
+    /// Point-to-point messages (group.hpp; lib/group/messages.cpp): `dest`
+    /// and `source` checked by the caller.
+    task<void> send_message(int dest, local_slice payload, std::uint32_t tag, group_call call);
+    task<message_info> recv_message(int source, local_slice into, std::uint32_t tag, group_call call);
+    /// The group's mailbox, made on first use (it needs weak_from_this()).
+    mailbox& mail();
+
     /// Registered memory of the group's own, at least `size` bytes, for
     /// partial results (reductions). Valid until the next call.
     local_slice scratch(std::size_t size);
@@ -82,6 +97,17 @@ public:
     static constexpr std::chrono::milliseconds tick_interval{500};
 
 private:
+    /// A point-to-point call's deadline and stop, checked by the ticks
+    /// (no timer per call) while the call lives in its coroutine frame.
+    class p2p_scope;
+    friend class p2p_scope;
+    /// Throws group_error (timed_out or operation_canceled) for a call
+    /// that stopped before it did anything: the group goes on.
+    [[noreturn]] void throw_stopped(const p2p_scope& scope, const std::string& what) const;
+    /// Stops the point-to-point calls whose deadline has passed; returns
+    /// the earliest deadline of the others (time_point::max() for none).
+    std::chrono::steady_clock::time_point expire_p2p_calls(std::chrono::steady_clock::time_point now);
+
     /// Arms a tick for `at` unless one is due by then.
     void tick_at(std::chrono::steady_clock::time_point at);
     void tick();
@@ -105,6 +131,8 @@ private:
     bool ticking_ = false;
     bool closed_ = false;
     local_mr scratch_;
+    std::shared_ptr<mailbox> mailbox_;
+    std::vector<p2p_scope*> p2p_calls_;
 };
 
 /// The group's error types and messages, shared by the collectives.

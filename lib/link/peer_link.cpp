@@ -9,16 +9,32 @@
 #include <cordma/error.hpp>
 #include <cordma/task_group.hpp>
 
-#include "group/group_core.hpp"
 
 namespace cordma::detail {
 
 namespace wire = link_wire;
 
+namespace {
+
+std::string module_of(const std::weak_ptr<link_owner>& owner) {
+    auto o = owner.lock();
+    return o ? o->module_name() : "link";
+}
+
+[[noreturn]] void throw_owner_gone(const std::string& module, const std::string& name) {
+    throw std::system_error(std::make_error_code(std::errc::connection_aborted),
+                            "cordma " + module + ": " + name + ": its " + module + " is gone");
+}
+
+}  // namespace
+
 peer_link::peer_link(std::weak_ptr<link_owner> core, int rank, std::string name, cordma::connection conn,
                      receive_queue queue, std::uint32_t own_window, std::uint32_t peer_window,
                      std::size_t eager_size, std::size_t receive_eager, local_mr slots)
     : core_(std::move(core)),
+      module_(module_of(core_)),
+      receive_call_(module_ + " receive"),
+      send_call_(module_ + " send"),
       listener_(conn.event_listener()),
       rank_(rank),
       name_(std::move(name)),
@@ -99,6 +115,10 @@ void peer_link::mark_lost(const std::string& why) {
     credits_->close();
     slot_freed_->close();
     fins_->close_keeping_values();
+    if (sink_) {
+        auto sink = sink_;  // it may drop this link's reference while told
+        sink->link_lost(*this, why);
+    }
 }
 
 void peer_link::send_failed(const std::string& why) {
@@ -127,7 +147,7 @@ void peer_link::link_gone() const {
                        true);
         core->throw_failure();
     }
-    throw group_error(std::errc::connection_aborted, "cordma: " + name_ + ": its owner is gone");
+    throw_owner_gone(module_, name_);
 }
 
 void peer_link::on_frame(wire::header h, received_message m) {
@@ -145,9 +165,18 @@ void peer_link::on_frame(wire::header h, received_message m) {
                            rank_, true);
             return;
         }
+        if (sink_ && h.op == wire::collective::message) {
+            sink_->arrived(*this, inbound_frame{h, std::move(m)});
+            return;
+        }
         inbox_->push(inbound_frame{h, std::move(m)});
         return;
     case wire::frame::fin:
+        if (sink_ && h.op == wire::collective::message) {
+            m.release();
+            sink_->fin_arrived(*this, h);
+            return;
+        }
         fins_->push(h);
         return;
     case wire::frame::credit:
@@ -198,7 +227,7 @@ task<std::size_t> peer_link::wait_slot(std::stop_token token) {
         std::optional<bool> freed;
         std::exception_ptr error;
         try {
-            freed = co_await slot_freed_->pop(token, "send", name_);
+            freed = co_await slot_freed_->pop(token, send_call_, name_);
         } catch (...) {
             error = std::current_exception();
         }
@@ -281,10 +310,10 @@ void peer_link::send_control(wire::header h, const std::string& payload) {
     post_slot(slot, wire::header_size + payload.size());
 }
 
-void peer_link::throw_group_failure() const {
+void peer_link::throw_owner_failure() const {
     if (auto core = core_.lock())
         core->throw_failure();
-    throw group_error(std::errc::connection_aborted, "cordma: " + name_ + ": its owner is gone");
+    throw_owner_gone(module_, name_);
 }
 
 task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token token) {
@@ -294,6 +323,21 @@ task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token 
         post_inline(slot, h, std::span<const std::byte>(payload.data(), payload.size()));
         co_return;
     }
+    post_rts(slot, h, payload);
+    std::optional<wire::header> fin = co_await fins_->pop(token, send_call_, name_);
+    if (!fin)
+        link_gone();
+    if (fin->seq != h.seq || fin->step != h.step) {
+        std::string why = name_ + " finished reading " + std::string(wire::name(fin->op)) + " #" +
+                          std::to_string(fin->seq) + " step " + std::to_string(fin->step) + ", but this rank sent " +
+                          wire::name(h.op) + " #" + std::to_string(h.seq) + " step " + std::to_string(h.step);
+        if (auto core = core_.lock())
+            core->fail(std::errc::protocol_error, why, rank_, true);
+        throw_owner_failure();
+    }
+}
+
+void peer_link::post_rts(std::size_t slot, wire::header h, const local_slice& payload) {
     std::byte* at = slots_.data() + slot * slot_size_;
     h.acked = handled_;
     acked_sent_ = handled_;
@@ -304,17 +348,6 @@ task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token 
     h.rkey = where.rkey;
     wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
     post_slot(slot, wire::header_size);
-    std::optional<wire::header> fin = co_await fins_->pop(token, "group send", name_);
-    if (!fin)
-        link_gone();
-    if (fin->seq != h.seq || fin->step != h.step) {
-        std::string why = name_ + " finished reading " + std::string(wire::name(fin->op)) + " #" +
-                          std::to_string(fin->seq) + " step " + std::to_string(fin->step) + ", but this rank sent " +
-                          wire::name(h.op) + " #" + std::to_string(h.seq) + " step " + std::to_string(h.step);
-        if (auto core = core_.lock())
-            core->fail(std::errc::protocol_error, why, rank_, true);
-        throw_group_failure();
-    }
 }
 
 void peer_link::post_inline(std::size_t slot, wire::header h, std::span<const std::byte> payload) {
@@ -340,7 +373,7 @@ task<void> peer_link::send_inline(wire::header h, std::span<const std::byte> pay
 
 task<std::size_t> peer_link::credit_and_slot(std::stop_token token) {
     auto self = shared_from_this();
-    std::optional<bool> credit = co_await credits_->pop(token, "send", name_);
+    std::optional<bool> credit = co_await credits_->pop(token, send_call_, name_);
     if (!credit)
         link_gone();
     std::size_t slot = 0;
@@ -362,9 +395,8 @@ std::string peer_link::describe(const wire::header& h) const {
     std::string s = std::string(wire::name(h.op)) + " #" + std::to_string(h.seq) + " (step " +
                     std::to_string(h.step) + ", root " + std::to_string(h.root) + ", " + std::to_string(h.size) +
                     " bytes";
-    if (h.op == wire::collective::reduce || h.op == wire::collective::all_reduce)
-        s += std::string(", ") + element_name(static_cast<element_type>(h.extra >> 8)) + " " +
-             reduce_name(static_cast<reduce_op>(h.extra & 0xff));
+    if (auto core = core_.lock())
+        s += core->describe_extra(h);
     return s + ")";
 }
 
@@ -381,7 +413,7 @@ std::string peer_link::describe(const expected_frame& e) const {
 
 task<inbound_frame> peer_link::take(expected_frame e, std::stop_token token) {
     auto self = shared_from_this();
-    std::optional<inbound_frame> f = co_await inbox_->pop(token, "group receive", name_);
+    std::optional<inbound_frame> f = co_await inbox_->pop(token, receive_call_, name_);
     if (!f)
         link_gone();
     const wire::header& h = f->header;
@@ -393,7 +425,7 @@ task<inbound_frame> peer_link::take(expected_frame e, std::stop_token token) {
             core->fail(std::errc::invalid_argument, why, rank_, true);
             core->throw_failure();
         }
-        throw group_error(std::errc::invalid_argument, why, {rank_});
+        throw std::system_error(std::make_error_code(std::errc::invalid_argument), why);
     }
     co_return std::move(*f);
 }
@@ -422,14 +454,21 @@ task<void> peer_link::fetch(const inbound_frame& f, std::uint64_t offset, local_
 }
 
 void peer_link::finish(inbound_frame& f) {
-    if (f.header.type == wire::frame::rts) {
-        wire::header fin;
-        fin.type = wire::frame::fin;
-        fin.op = f.header.op;
-        fin.seq = f.header.seq;
-        fin.step = f.header.step;
-        send_control(fin);
-    }
+    if (f.header.type == wire::frame::rts)
+        send_fin(f.header);
+    release(f);
+}
+
+void peer_link::send_fin(const wire::header& rts) {
+    wire::header fin;
+    fin.type = wire::frame::fin;
+    fin.op = rts.op;
+    fin.seq = rts.seq;
+    fin.step = rts.step;
+    send_control(fin);
+}
+
+void peer_link::release(inbound_frame& f) {
     f.message.release();
     ++handled_;
     if (handled_ - acked_sent_ >= std::max<std::uint32_t>(1, own_window_ / 2)) {
@@ -512,14 +551,14 @@ task<void> peer_link::drain(std::stop_token token) {
     drain_waiting_ = true;
     bool cancelled = false;
     try {
-        std::optional<bool> idle = co_await idle_->pop(token, "close", name_);
+        std::optional<bool> idle = co_await idle_->pop(token, module_ + " close", name_);
         (void)idle;
     } catch (const operation_cancelled&) {
         cancelled = true;
     }
     if (cancelled) {
         drain_waiting_ = false;
-        throw operation_cancelled("close", name_, "frames still in flight");
+        throw operation_cancelled((module_ + " close").c_str(), name_, "frames still in flight");
     }
 }
 

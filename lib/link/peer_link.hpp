@@ -32,7 +32,6 @@
 #include <vector>
 
 #include <cordma/connection.hpp>
-#include <cordma/group.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/receive_queue.hpp>
 #include <cordma/task.hpp>
@@ -53,6 +52,32 @@ public:
     virtual bool failed() const noexcept = 0;
     /// Throws the error fail() recorded.
     [[noreturn]] virtual void throw_failure() const = 0;
+    /// The owner's word for itself ("group", "stream", "C API"): a link
+    /// names its waits with it ("group receive"), so errors speak the
+    /// caller's module.
+    virtual const char* module_name() const noexcept { return "link"; }
+    /// What the owner adds to a frame's description in errors (a group:
+    /// a reduction's element type and operation); empty by default.
+    virtual std::string describe_extra(const link_wire::header&) const { return {}; }
+};
+
+class peer_link;
+struct inbound_frame;
+
+/// Where a link hands its point-to-point message frames (op `message`)
+/// and their fins instead of the inbox, when its owner sets one (a group:
+/// messages are matched by source and tag, not taken in order with the
+/// collectives). Event listener thread only.
+class message_sink {
+public:
+    virtual ~message_sink() = default;
+    /// A data or rts frame of a message arrived on `from`.
+    virtual void arrived(peer_link& from, inbound_frame frame) = 0;
+    /// The peer read a message this side announced (an rts): its fin.
+    virtual void fin_arrived(peer_link& from, const link_wire::header& fin) = 0;
+    /// `from`'s connection is gone (why): waits that only it could end
+    /// must end.
+    virtual void link_lost(peer_link& from, const std::string& why) = 0;
 };
 
 /// What a collective step expects the peer's next frame to say. With op
@@ -109,6 +134,9 @@ public:
 
     /// Starts draining the receive queue.
     void start();
+    /// From now on, message frames (op `message`) and their fins go to
+    /// `sink` instead of the inbox. Before start().
+    void set_message_sink(std::shared_ptr<message_sink> sink) { sink_ = std::move(sink); }
 
     /// Sends `payload` as the frame `h` describes (op, seq, step, root,
     /// extra): inline (copied) up to the eager size, else as an rts the
@@ -131,13 +159,17 @@ public:
     /// Encodes `h` as a data frame with `payload` into `slot` (from
     /// credit_and_slot) and posts it.
     void post_inline(std::size_t slot, link_wire::header h, std::span<const std::byte> payload);
+    /// Encodes `h` as an rts announcing `payload` (which must allow remote
+    /// reads) into `slot` (from credit_and_slot) and posts it; the peer
+    /// reads it and answers with a fin.
+    void post_rts(std::size_t slot, link_wire::header h, const local_slice& payload);
     /// Credit-counted frames sent so far (a send that returned early by
     /// cancellation sent its frame if this moved).
     std::uint32_t frames_sent() const noexcept { return sent_; }
     /// Whether the connection is gone (its frames may still be taken).
     bool lost() const noexcept { return lost_; }
     /// Takes the peer's next data or rts frame, which must match `e`
-    /// (group_error naming both sides otherwise), and lands its payload in
+    /// (the owner fails, naming both sides, otherwise), and lands its payload in
     /// `into` (e.size bytes).
     task<void> receive(expected_frame e, local_slice into, std::stop_token token);
     /// Takes the next frame (matching `e`) without landing it: the caller
@@ -151,6 +183,14 @@ public:
     /// Done with `f`: sends the fin of an rts, posts the receive again and
     /// counts it (returning credit when half a window is due).
     void finish(inbound_frame& f);
+    /// The two halves of finish(), for a frame kept past its receive (a
+    /// message nobody asked for yet): release() posts the receive again and
+    /// counts the frame (its header and bytes must have been copied out),
+    /// send_fin() later tells the sender its rts was read.
+    void release(inbound_frame& f);
+    void send_fin(const link_wire::header& rts);
+    /// The owner's word for itself, as waits and errors name it.
+    const std::string& module() const noexcept { return module_; }
 
     /// Liveness, called once a tick while a collective waits: sends a ping
     /// unless one is unanswered; if one has gone unanswered for longer than
@@ -196,7 +236,7 @@ private:
     /// A slot's send completed: to a pending control frame, a waiting data
     /// frame, or the free list.
     void slot_done(std::size_t slot);
-    [[noreturn]] void throw_group_failure() const;
+    [[noreturn]] void throw_owner_failure() const;
     /// A wait found the connection gone and nothing left: fails the group
     /// naming this peer, and throws its error.
     [[noreturn]] void link_gone() const;
@@ -216,6 +256,10 @@ private:
     std::string describe(const expected_frame& e) const;
 
     std::weak_ptr<link_owner> core_;
+    std::string module_;             // "group", "stream", "C API"
+    std::string receive_call_;       // "group receive"
+    std::string send_call_;          // "group send"
+    std::shared_ptr<message_sink> sink_;
     std::shared_ptr<event_listener> listener_;
     int rank_;
     std::string name_;

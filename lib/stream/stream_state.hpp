@@ -32,6 +32,7 @@ public:
     void fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers) override;
     bool failed() const noexcept override { return failure_.has_value(); }
     [[noreturn]] void throw_failure() const override;
+    const char* module_name() const noexcept override { return "stream"; }
 
     task<std::size_t> read(std::span<std::byte> buffer, std::stop_token token);
     task<void> write(std::span<const std::byte> bytes, local_slice registered, std::stop_token token);
