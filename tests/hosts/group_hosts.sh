@@ -3,7 +3,10 @@
 # rxe devices joined by a real link) and runs one scenario on them.
 #
 # Usage: group_hosts.sh SOURCE_ROOT BUILD_DIR SCENARIO
-#   mesh3         examples/mesh on 3 VMs, 20 rounds, every string checked
+#   mesh3         examples/mesh on 3 VMs, 20 rounds: every rank streams
+#                 messages (inline and read-by-the-receiver sizes) to
+#                 every other and serves all that arrive at once, every
+#                 byte and the order checked, an all_reduce between rounds
 #   collectives4  examples/collectives on 4 VMs, every collective checked
 #   missing3      rank 2's VM runs nothing: ranks 0 and 1 fail to form
 #                 within their 15 s deadline, naming rank 2 alone
