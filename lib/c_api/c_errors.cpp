@@ -9,7 +9,6 @@
 #include <system_error>
 
 #include <cordma/error.hpp>
-#include <cordma/group.hpp>
 
 #include "c_api/c_context.hpp"
 #include "c_api/c_frames.hpp"
