@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// The event listener: one thread per device context that owns its completion
-/// queues, waits for their completion channel (and any other fd it is asked to
-/// watch) through io_uring, and resumes the coroutines whose operations
+/// queues, waits for their completion channel (and the rdma_cm channel, its
+/// eventfd and its timers) through io_uring, and resumes the coroutines whose operations
 /// completed, inline, on its own thread.
 
 #include <cordma/export.hpp>
@@ -24,6 +24,10 @@ struct io_uring;
 struct rdma_event_channel;
 
 namespace cordma {
+
+namespace detail {
+class event_listener_access;
+}
 
 /// How the listener waits for completions.
 enum class polling_mode {
@@ -66,23 +70,23 @@ struct CORDMA_API event_listener_options {
 /// the last one.
 ///
 /// Thread-safe: post(), schedule(), running_in_this_thread(), sleeps() and
-/// the accessors. The rest is for the event listener thread only (as each
-/// says): the engine's hooks, public because cordma's own modules and
-/// white-box tests use them.
-class CORDMA_API event_listener : public std::enable_shared_from_this<event_listener> {
+/// the accessors; create_cq and call_after are for the event listener
+/// thread (as each says). The engine's own hooks (doorbells batched per
+/// drain pass, the rdma_cm channel) are private: not part of the API.
+class event_listener : public std::enable_shared_from_this<event_listener> {
 public:
     /// Starts the event listener thread for `device` (which it keeps
     /// alive). Throws verbs_error naming the call when the completion
     /// channel, io_uring (io_uring_queue_init: a kernel without
     /// io_uring, or io_uring disabled by sysctl or seccomp) or the eventfd
     /// cannot be made.
-    static std::shared_ptr<event_listener> start(std::shared_ptr<device_context> device,
+    CORDMA_API static std::shared_ptr<event_listener> start(std::shared_ptr<device_context> device,
                                                  event_listener_options options = {});
 
     /// The thread stops when the last shared_ptr from start() (held by the
     /// user, and by every CQ and connection made through the listener) is
     /// dropped; it is joined unless that happens on the event listener thread itself.
-    ~event_listener();
+    CORDMA_API ~event_listener();
     event_listener(const event_listener&) = delete;
     event_listener& operator=(const event_listener&) = delete;
 
@@ -95,12 +99,12 @@ public:
     /// must point to a detail::completion_target, which is called on the
     /// event listener thread. The CQ keeps the listener alive, and is destroyed on
     /// the event listener thread (so no event for it can be in flight).
-    std::shared_ptr<completion_queue> create_cq(int entries);
+    CORDMA_API std::shared_ptr<completion_queue> create_cq(int entries);
 
     /// Runs `fn` on the event listener thread, soon, never inside this call (even
     /// when called on the event listener thread). Thread-safe. Allocates: for set-up,
     /// cross-thread hand-offs and teardown, not for the per-operation path.
-    void post(std::function<void()> fn);
+    CORDMA_API void post(std::function<void()> fn);
 
     /// `co_await listener->schedule()` continues the coroutine on the
     /// event listener thread (always suspending, resumed from the posted queue).
@@ -118,16 +122,6 @@ public:
     /// True when called from this event listener's thread.
     bool running_in_this_thread() const noexcept { return std::this_thread::get_id() == thread_id_; }
 
-    /// Asks the listener to call `target->on_ready(target, revents)` once `fd`
-    /// is readable (POLLIN). One shot: call again to keep watching. Listener
-    /// thread only; `target` must stay valid until called or the listener stops.
-    void watch_readable(int fd, detail::uring_target* target);
-
-    /// The rdma_cm event channel this listener serves (created on first use):
-    /// ids made on it deliver their events to the cm_target in id->context,
-    /// on the event listener thread.
-    rdma_event_channel* cm_channel();
-
     /// A pending call_after. cancel() (event listener thread only) stops it from
     /// running; the timer itself expires harmlessly later.
     struct timer {
@@ -138,13 +132,24 @@ public:
         void cancel() noexcept { cancelled = true; }
     };
     /// Runs `fn` on the event listener thread after `delay`, through an io_uring
-    /// timeout: connect deadlines, leases. Event listener thread only.
-    std::shared_ptr<timer> call_after(std::chrono::nanoseconds delay, std::function<void()> fn);
+    /// timeout (no thread, no allocation beyond `fn`'s): cordma's connect
+    /// deadlines and leases, and a user's sleeps and deadlines on that
+    /// thread. Event listener thread only; the returned timer's cancel()
+    /// stops `fn` from running.
+    CORDMA_API std::shared_ptr<timer> call_after(std::chrono::nanoseconds delay, std::function<void()> fn);
 
     /// How many times the thread went to sleep in io_uring (for tests and
     /// benchmarks of the polling modes).
     std::uint64_t sleeps() const noexcept { return sleeps_.load(std::memory_order_relaxed); }
 
+private:
+    // The engine's own hooks (lib/engine/event_listener_access.hpp), not
+    // part of the API: cordma's layers reach them through that accessor.
+    friend class detail::event_listener_access;
+    /// The rdma_cm event channel this listener serves (created on first use):
+    /// ids made on it deliver their events to the cm_target in id->context,
+    /// on the event listener thread.
+    rdma_event_channel* cm_channel();
     /// Event listener thread. True while completions are being handed out
     /// (a drain pass): a work request posted now can wait for the pass to
     /// end and go out in one chain (ring_after_drain).
@@ -160,7 +165,6 @@ public:
         doorbells_ = bell;
     }
 
-private:
     event_listener(std::shared_ptr<device_context> device, event_listener_options options);
     void ring_doorbells() noexcept;
     struct handle;

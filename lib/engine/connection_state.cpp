@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "engine/event_listener_access.hpp"
 #include "engine/receive_queue_state.hpp"
 #include "engine/shared_receive_state.hpp"
 #include "verbs/check.hpp"
@@ -205,7 +206,7 @@ void connection_state::post(operation_base* op, work_slot* slot) {
         // DMA of it (sends and writes of one slice, up to max_inline_data).
         if (may_inline && op->sge_count == 1 && slot->sges[0].length <= qp_->capacity().max_inline_data)
             flags |= IBV_SEND_INLINE;
-        if (event_listener_->in_drain_pass()) {
+        if (event_listener_access::in_drain_pass(*event_listener_)) {
             // Batched doorbell: chained, posted when the pass ends. Only
             // every signal_every_-th request (and the chain's last, see
             // ring) asks for a completion.
@@ -221,7 +222,7 @@ void connection_state::post(operation_base* op, work_slot* slot) {
             else
                 chain_head_ = slot;
             chain_tail_ = slot;
-            event_listener_->ring_after_drain(&bell_);
+            event_listener_access::ring_after_drain(*event_listener_, &bell_);
         } else {
             wr.send_flags = flags | IBV_SEND_SIGNALED;
             qp_->post_send(wr);

@@ -178,7 +178,7 @@ private:
     // is poisoned before the atomic is posted and checked at completion.
     bool check_atomic_results_ = false;
     // Send requests posted during a drain pass, chained through wr.next,
-    // waiting for the pass to end (event_listener::ring_after_drain).
+    // waiting for the pass to end (event_listener_access::ring_after_drain).
     struct chain_bell : doorbell {
         connection_state* self = nullptr;
     } bell_;

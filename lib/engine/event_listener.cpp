@@ -307,8 +307,6 @@ void event_listener::post(std::function<void()> fn) {
     [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
 }
 
-void event_listener::watch_readable(int fd, detail::uring_target* target) { submit_poll(fd, target); }
-
 void event_listener::submit_poll(int fd, detail::uring_target* target) {
     io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
     if (sqe == nullptr) {

@@ -9,6 +9,7 @@
 #include "connect/qp_settings.hpp"
 #include "connect/rdma_cm/cm_handshake.hpp"
 #include "engine/connection_state.hpp"
+#include "engine/event_listener_access.hpp"
 #include "engine/listener_owned.hpp"
 #include "verbs/check.hpp"
 #include "log/logf.hpp"
@@ -28,7 +29,7 @@ cm_acceptor::cm_acceptor(std::shared_ptr<runtime> rt, connection_settings settin
     : rt_(std::move(rt)), settings_(std::move(settings)), requests_(waiter_queue<connect_request>::make(rt_->event_listener)) {
     on_event = &cm_acceptor::dispatch;
     std::string wanted = where.to_string();
-    check_minus_one(rdma_create_id(rt_->event_listener->cm_channel(), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
+    check_minus_one(rdma_create_id(detail::event_listener_access::cm_channel(*rt_->event_listener), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
                     [&] { return "rdma_create_id(listen " + wanted + ")"; });
     try {
         check_minus_one(rdma_bind_addr(id_, const_cast<sockaddr*>(where.get())),

@@ -3,6 +3,7 @@
 #include <system_error>
 
 #include "verbs/check.hpp"
+#include "engine/event_listener_access.hpp"
 #include "engine/listener_owned.hpp"
 #include "engine/connection_state.hpp"
 #include "connect/runtime.hpp"
@@ -16,7 +17,7 @@ std::string describe(const cm_event_copy& event) {
 cm_id::cm_id(std::shared_ptr<runtime> rt, std::string peer) : rt_(std::move(rt)), peer_(std::move(peer)) {
     cm_target::on_event = &cm_id::dispatch;
     errno = 0;
-    detail::check_minus_one(rdma_create_id(rt_->event_listener->cm_channel(), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
+    detail::check_minus_one(rdma_create_id(detail::event_listener_access::cm_channel(*rt_->event_listener), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
                             [&] { return "rdma_create_id(peer=" + peer_ + ")"; });
 }
 

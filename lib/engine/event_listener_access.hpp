@@ -1,0 +1,27 @@
+#pragma once
+/// The engine's own hooks into the event listener, for cordma's layers and
+/// never for users (so not in the installed header's API, and not
+/// exported): batched doorbells per drain pass (the connection state) and
+/// the rdma_cm event channel (the rdma_cm transport).
+
+#include <cordma/event_listener.hpp>
+
+namespace cordma::detail {
+
+class event_listener_access {
+public:
+    /// Event listener thread. True while completions are being handed out
+    /// (a drain pass): a work request posted now can wait for the pass to
+    /// end and go out in one chain (ring_after_drain).
+    static bool in_drain_pass(const event_listener& l) noexcept { return l.in_drain_pass(); }
+    /// Event listener thread, during a drain pass: `bell` is rung once the
+    /// pass ends (once, however often it is asked); it must stay valid
+    /// until rung.
+    static void ring_after_drain(event_listener& l, doorbell* bell) noexcept { l.ring_after_drain(bell); }
+    /// The rdma_cm event channel the listener serves (made on first use):
+    /// ids made on it deliver their events to the cm_target in
+    /// id->context, on the event listener thread.
+    static rdma_event_channel* cm_channel(event_listener& l) { return l.cm_channel(); }
+};
+
+}  // namespace cordma::detail
