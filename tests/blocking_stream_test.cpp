@@ -338,3 +338,41 @@ TEST_CASE("a reader that closes after its peer ended the stream and left logs no
         CHECK(w == "(no warning expected)");
     CHECK(warnings.empty());
 }
+
+TEST_CASE("a write that times out has sent part of its buffer, in order, and says so", "[blocking_stream]") {
+    builder b = test_builder();
+    blocking_stream_listener l = blocking_stream::serve(b, any_port());
+    pair_of_streams p = connect_pair(b, l);
+    // Below register_size (1 MiB), so copied: a window of frames (16 of
+    // 16 KiB) and one batch go without the reader, then the write waits for
+    // room that never comes while the server does not read.
+    std::string pattern(1000 * 1000, '\0');
+    for (std::size_t i = 0; i < pattern.size(); ++i)
+        pattern[i] = static_cast<char>('a' + (i * 7 + i / 977) % 26);
+    p.client.set_timeout(300ms);
+    std::string error;
+    try {
+        p.client.write(pattern);
+    } catch (const timed_out_error& e) {
+        error = e.what();
+    }
+    // What went reaches the reader, in order, and then nothing more.
+    p.server.set_timeout(500ms);
+    std::string got;
+    bool drained = false;
+    try {
+        while (p.server.read(got, 64 * 1024) > 0) {
+        }
+    } catch (const timed_out_error&) {
+        drained = true;
+    }
+    p.server.close();
+    p.client.close();
+
+    CHECK(contains(error, "cordma::blocking_stream::write to " + p.client.peer()));
+    CHECK(contains(error, "300 ms"));
+    CHECK(drained);
+    CHECK(got.size() > 0);
+    CHECK(got.size() < pattern.size());
+    CHECK(got == pattern.substr(0, got.size()));
+}
