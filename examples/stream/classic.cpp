@@ -16,12 +16,13 @@
 //   Serve(addr)      stream::serve(builder, "addr:port")     listening when it returns
 //   Accept()         co_await listener.accept()
 //   Connect(addr)    co_await stream::connect(builder, "addr:port")
-//   Read(buf, n)     co_await s.read_exactly(buf)            all n bytes, or an error
-//                    co_await s.read(buf)                    what has arrived, 1 to n bytes; 0 at end of stream
+//   Read(buf, n)     co_await s.read(buf)                    what has arrived, 1 to n bytes; 0 at end of stream
+//                    co_await s.read_exactly(buf)            all n bytes, or an error: when the length is known
 //   Write(buf, n)    co_await s.write(buf)                   every byte, or an error
 //   Close()          co_await s.close()                      the peer reads what was written, then 0
 // Each co_await resumes on the builder's event listener thread; main waits
-// for the whole coroutine with sync_wait.
+// for the whole coroutine with sync_wait. The same calls blocking, for
+// plain threads: cordma::blocking_stream (examples/coming_from/socket.cpp).
 
 #include <algorithm>
 #include <array>
@@ -52,7 +53,7 @@ std::string text_of(std::span<const std::byte> bytes) {
 task<void> server(stream_listener listener) {
     stream s = co_await listener.accept();  // Accept()
     std::array<std::byte, 40> request;
-    co_await s.read_exactly(request);  // Read(buf, 40): all 40, in however many pieces they come
+    co_await s.read_exactly(request);  // the request is known to be 40 bytes: all 40, however they come
     std::printf("server: %s sent \"%s\"\n", s.peer().c_str(), text_of(request).c_str());
     std::array<std::byte, 40> reply;
     std::reverse_copy(request.begin(), request.end(), reply.begin());

@@ -9,6 +9,7 @@
 #include <cordma/address.hpp>
 #include <cordma/agent_call.hpp>
 #include <cordma/agent_limits.hpp>
+#include <cordma/blocking_stream.hpp>
 #include <cordma/builder.hpp>
 #include <cordma/completion_queue.hpp>
 #include <cordma/connection.hpp>

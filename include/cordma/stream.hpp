@@ -39,6 +39,7 @@
 #include <string_view>
 
 #include <cordma/builder.hpp>
+#include <cordma/event_listener.hpp>
 #include <cordma/export.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/local_mr.hpp>
@@ -126,8 +127,11 @@ public:
     /// or copy.
     task<void> write(local_slice buffer, std::stop_token token = {});
     /// Half close: the peer's reads return 0 once they have everything
-    /// written before it; this side may go on reading.
-    task<void> shutdown_write();
+    /// written before it; this side may go on reading. Waits for credit to
+    /// send the end of stream; operation_cancelled if `token` stops first
+    /// (the end of stream is not sent: a later shutdown_write or close
+    /// sends it).
+    task<void> shutdown_write(std::stop_token token = {});
     /// shutdown_write (unless done), waits for what was written to leave,
     /// and closes the connection. Reads and writes fail from then on.
     task<void> close();
@@ -156,6 +160,10 @@ public:
     /// close() does nothing.
     stream_listener() = default;
 
+    /// False for an empty handle; says nothing about whether it still
+    /// listens.
+    explicit operator bool() const noexcept { return accepts_ != nullptr; }
+
     /// The next stream a client opened. From the first accept() on, the
     /// listener takes clients as they come and each one's hello runs on
     /// its own: a client that is not a stream client, or whose hello does
@@ -166,6 +174,9 @@ public:
     task<stream> accept(std::stop_token token = {});
     /// The address it listens on, "ip:port".
     const std::string& address() const;
+    /// The event listener thread its accepts resume on (the builder's);
+    /// std::logic_error on an empty handle.
+    const std::shared_ptr<cordma::event_listener>& event_listener() const;
     /// Stops listening; streams not yet accepted are closed. (The last copy
     /// of a listener going closes it too.)
     void close();

@@ -3,6 +3,7 @@
 #include <cordma/stream.hpp>
 
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 
 #include <cordma/error.hpp>
@@ -18,11 +19,23 @@ using detail::stream_state;
 
 task<stream> stream::connect(builder b, std::string address, stream_options options) {
     detail::check_stream_options(options, "cordma::stream::connect");
-    cordma::connection c = co_await b.connect(address);
+    cordma::connection c;
+    std::optional<connect_error> refused;
+    try {
+        c = co_await b.connect(address);
+    } catch (const connect_error& e) {
+        refused.emplace(e.code(), std::string("cordma::stream::connect: ") + e.what());  // in the stream's words
+    }
+    if (refused)
+        throw *refused;
     std::exception_ptr error;
     std::shared_ptr<stream_state> state;
     try {
         state = co_await detail::open_stream(b, options, c, {}, false);
+    } catch (const std::system_error& e) {
+        // The hello's errors speak of links and modules; say whose.
+        error = std::make_exception_ptr(
+            std::system_error(e.code(), "cordma::stream::connect to " + address + ": the stream's hello: " + e.what()));
     } catch (...) {
         error = std::current_exception();
     }
@@ -80,10 +93,10 @@ task<void> stream::write(local_slice buffer, std::stop_token token) {
     co_await state->write(bytes, buffer, token);
 }
 
-task<void> stream::shutdown_write() {
+task<void> stream::shutdown_write(std::stop_token token) {
     auto state = state_;
     checked("shutdown_write");
-    co_await state->shutdown_write();
+    co_await state->shutdown_write(std::move(token));
 }
 
 task<void> stream::close() {
@@ -112,6 +125,7 @@ struct stream_accepts {
     builder b;
     listener l;
     stream_options options;
+    std::shared_ptr<cordma::event_listener> event_listener;
     std::shared_ptr<waiter_queue<std::shared_ptr<stream_state>>> ready;
     bool taking = false;
 
@@ -172,7 +186,8 @@ task<void> take_clients(std::weak_ptr<stream_accepts> weak, listener l, builder 
 
 stream_listener::stream_listener(builder b, listener l, stream_options options)
     : accepts_(std::make_shared<detail::stream_accepts>()) {
-    accepts_->ready = detail::waiter_queue<std::shared_ptr<stream_state>>::make(b.event_listener());
+    accepts_->event_listener = b.event_listener();
+    accepts_->ready = detail::waiter_queue<std::shared_ptr<stream_state>>::make(accepts_->event_listener);
     accepts_->b = std::move(b);
     accepts_->l = std::move(l);
     accepts_->options = options;
@@ -200,6 +215,12 @@ const std::string& stream_listener::address() const {
     if (!accepts_)
         throw std::logic_error("cordma::stream_listener::address on an empty stream_listener");
     return accepts_->l.address();
+}
+
+const std::shared_ptr<cordma::event_listener>& stream_listener::event_listener() const {
+    if (!accepts_)
+        throw std::logic_error("cordma::stream_listener::event_listener on an empty stream_listener");
+    return accepts_->event_listener;
 }
 
 void stream_listener::close() {

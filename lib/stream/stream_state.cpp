@@ -64,7 +64,18 @@ void stream_state::fail(std::errc code, const std::string& why, int, bool tell_p
         return;
     // One line per stream that fails (a peer that broke the protocol, sent
     // an abort, or went away mid-stream): a server has no other trace of it.
-    detail::logf(log_level::warning, "cordma::stream to %s: %s; closing it", peer_.c_str(), why.c_str());
+    // Not a warning once this side is closing (close() finds the link gone
+    // as it sends its end of stream or waits for it to leave): the caller
+    // wants nothing more of the peer, and a peer that disconnects first is
+    // the normal end of the classic exchange (a client reads its reply and
+    // closes at once). Debug when this side read the peer's end of stream
+    // (it closed cleanly); info when it went without one.
+    log_level level = log_level::warning;
+    if (closing_ && eof_)
+        level = log_level::debug;
+    else if (closing_ && code == std::errc::connection_aborted)
+        level = log_level::info;
+    detail::logf(level, "cordma::stream to %s: %s; closing it", peer_.c_str(), why.c_str());
     failure_.emplace(code, why);
     flushed_->close();
     if (!link_)
@@ -175,6 +186,9 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
                 current_.reset();
             }
         }
+    } catch (const operation_cancelled&) {
+        error = std::make_exception_ptr(operation_cancelled(
+            "cordma::stream::read", peer_, "nothing is lost: the next read goes on where this one would have"));
     } catch (...) {
         error = std::current_exception();
     }
@@ -257,6 +271,10 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
                 offset += n;
             }
         }
+    } catch (const operation_cancelled&) {
+        error = std::make_exception_ptr(operation_cancelled(
+            "cordma::stream::write", peer_,
+            "part of the buffer may have gone (whole frames sent before, and bytes gathered into the batch)"));
     } catch (...) {
         error = std::current_exception();
     }
@@ -298,7 +316,7 @@ task<void> stream_state::wait_flushed(std::stop_token token) {
     std::optional<bool> woken;
     std::exception_ptr error;
     try {
-        woken = co_await flushed_->pop(token, "write", peer_);
+        woken = co_await flushed_->pop(token, "cordma::stream::write", peer_);
     } catch (...) {
         error = std::current_exception();
     }
@@ -309,7 +327,7 @@ task<void> stream_state::wait_flushed(std::stop_token token) {
         throw_failure();
 }
 
-task<void> stream_state::shutdown_write() {
+task<void> stream_state::shutdown_write(std::stop_token token) {
     auto self = shared_from_this();
     co_await on_listener();
     if (write_shut_ || closed_)
@@ -317,10 +335,21 @@ task<void> stream_state::shutdown_write() {
     if (failure_)
         throw_failure();
     keepalive_scope alive(this);
-    std::stop_token none;
-    while (batch_waiting())
-        co_await wait_flushed(none);
-    co_await send_end(none);
+    bool cancelled = false;
+    try {
+        while (batch_waiting())
+            co_await wait_flushed(token);
+        co_await send_end(token);
+    } catch (const operation_cancelled&) {
+        cancelled = true;
+    }
+    if (cancelled) {
+        // The end frame never got its credit: nothing went, so writing is
+        // open again and a later shutdown_write or close sends it.
+        write_shut_ = false;
+        throw operation_cancelled("cordma::stream::shutdown_write", peer_,
+                                  "the end of stream was not sent (a later shutdown_write or close sends it)");
+    }
 }
 
 task<void> stream_state::send_end(std::stop_token token) {
@@ -336,13 +365,16 @@ task<void> stream_state::send_end(std::stop_token token) {
 task<void> stream_state::close() {
     auto self = shared_from_this();
     co_await on_listener();
-    if (closed_)
+    if (closed_ || closing_)
         co_return;
+    closing_ = true;
     // Bounded: a peer that stops reading cannot hold close() forever.
     std::stop_source stop;
     auto timer = listener_->call_after(options_.peer_timeout, [stop]() mutable { stop.request_stop(); });
     std::stop_token token = stop.get_token();
-    if (!failure_ && !write_shut_) {
+    // A peer already gone gets no end of stream (sending it would only
+    // find the link gone, and fail the stream to say so).
+    if (!failure_ && !write_shut_ && !link_->lost()) {
         try {
             while (batch_waiting())
                 co_await wait_flushed(token);

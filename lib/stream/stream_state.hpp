@@ -36,7 +36,7 @@ public:
 
     task<std::size_t> read(std::span<std::byte> buffer, std::stop_token token);
     task<void> write(std::span<const std::byte> bytes, local_slice registered, std::stop_token token);
-    task<void> shutdown_write();
+    task<void> shutdown_write(std::stop_token token);
     task<void> close();
 
     const std::string& peer() const noexcept { return peer_; }
@@ -83,6 +83,7 @@ private:
     bool eof_ = false;                      // the peer's end of stream was read
     bool write_shut_ = false;
     bool closed_ = false;
+    bool closing_ = false;                  // close() runs: the caller is done with the peer
     bool reading_ = false;
     bool writing_ = false;
     std::uint32_t next_seq_ = 0;
