@@ -6,11 +6,16 @@
 #   CORDMA_ROOT, CORDMA_BUILD      the repo and its build directory
 #                                  (CORDMA_BUILD_DIR overrides build/)
 #   cordma_install_deps            tools/install-deps
-#   cordma_build                   meson setup (once) + meson compile;
-#                                  CORDMA_WERROR=1 (set by .ci/run) adds
+#   cordma_build [TARGET...]       meson setup (once) + meson compile (of
+#                                  the TARGETs only, when given: run-demo
+#                                  builds the library and its two programs);
+#                                  CORDMA_WERROR=1 (the default, for both
+#                                  tools, so the demo's build is the tests'
+#                                  build and nothing is compiled twice) adds
 #                                  -Dwerror=true, so any compiler warning
 #                                  fails the build (an existing build
-#                                  directory is switched with meson configure)
+#                                  directory whose werror differs is
+#                                  switched with meson configure)
 #   cordma_find_device             a host RDMA device with an ACTIVE port
 #   cordma_run_rdma [--no-tty] CMD...
 #                                  CMD on that device, else inside tools/rxe-vm
@@ -37,32 +42,39 @@ cordma_install_deps() {
                "Fix that, or run tools/install-deps by hand, then run $CORDMA_TOOL again."
 }
 
-# Configures the build directory if it is not one yet, then compiles with as
-# many jobs as there are cores (CORDMA_JOBS overrides).  With CORDMA_WERROR=1
-# warnings are errors (-Dwerror=true): CI sets it so that a change adding a
-# warning fails there, not later; without it an existing build directory
-# keeps whatever werror it had.
+# Configures the build directory if it is not one yet, then compiles (every
+# target, or the TARGETs given) with as many jobs as there are cores
+# (CORDMA_JOBS overrides).  Warnings are errors (-Dwerror=true) unless
+# CORDMA_WERROR=0: CI and developers build alike, so a change adding a
+# warning fails at once, and tools/run-demo and tools/run-tests share one
+# configuration (switching werror would recompile everything).
 cordma_build() {
   command -v meson >/dev/null 2>&1 || cordma_die "meson is not installed: run tools/install-deps."
-  local setup_args=()
-  case "${CORDMA_WERROR:-0}" in
-    1) setup_args+=(-Dwerror=true) ;;
-    0|'') ;;
-    *) cordma_die "CORDMA_WERROR must be 1 (warnings are errors) or 0, not '$CORDMA_WERROR'." ;;
+  local werror
+  case "${CORDMA_WERROR:-1}" in
+    1) werror=true ;;
+    0) werror=false ;;
+    *) cordma_die "CORDMA_WERROR must be 1 (warnings are errors, the default) or 0, not '$CORDMA_WERROR'." ;;
   esac
   if [ ! -f "$CORDMA_BUILD/meson-private/coredata.dat" ]; then
-    cordma_say "configuring $CORDMA_BUILD${setup_args[*]:+ (${setup_args[*]})}"
-    meson setup "${setup_args[@]}" "$CORDMA_BUILD" "$CORDMA_ROOT" ||
+    cordma_say "configuring $CORDMA_BUILD (-Dwerror=$werror)"
+    meson setup -Dwerror="$werror" "$CORDMA_BUILD" "$CORDMA_ROOT" ||
       cordma_die "meson setup failed (see above). If $CORDMA_BUILD is not a meson build" \
                  "directory, remove it (rm -rf $CORDMA_BUILD) and try again."
-  elif [ ${#setup_args[@]} -gt 0 ]; then
-    cordma_say "reconfiguring $CORDMA_BUILD (${setup_args[*]})"
-    meson configure "$CORDMA_BUILD" "${setup_args[@]}" ||
-      cordma_die "meson configure $CORDMA_BUILD ${setup_args[*]} failed (see above)."
+  else
+    local current
+    current=$(meson introspect "$CORDMA_BUILD" --buildoptions 2>/dev/null | python3 -c '
+import json, sys
+print(next((str(o["value"]).lower() for o in json.load(sys.stdin) if o["name"] == "werror"), ""))' || true)
+    if [ "$current" != "$werror" ]; then
+      cordma_say "reconfiguring $CORDMA_BUILD (-Dwerror=$werror, was ${current:-unknown})"
+      meson configure "$CORDMA_BUILD" -Dwerror="$werror" ||
+        cordma_die "meson configure $CORDMA_BUILD -Dwerror=$werror failed (see above)."
+    fi
   fi
   local jobs=${CORDMA_JOBS:-$(nproc 2>/dev/null || echo 2)}
-  cordma_say "compiling with $jobs jobs"
-  meson compile -C "$CORDMA_BUILD" -j "$jobs" ||
+  cordma_say "compiling ${*:-everything} with $jobs jobs"
+  meson compile -C "$CORDMA_BUILD" -j "$jobs" "$@" ||
     cordma_die "the build failed (compiler errors above${setup_args[*]:+; with -Dwerror=true every warning is one})."
 }
 
