@@ -157,7 +157,8 @@ TEST_CASE("a handler that blocks delays only its own call: other clients' calls 
     running r(s);
 
     std::promise<std::string> slow_answer;
-    std::thread slow([&] {
+    auto slow_future = slow_answer.get_future();
+    std::jthread slow([&] {
         try {
             rpc::blocking_client a(test_builder());
             a.connect(s.address());
@@ -166,7 +167,12 @@ TEST_CASE("a handler that blocks delays only its own call: other clients' calls 
             slow_answer.set_exception(std::current_exception());
         }
     });
-    auto slow_future = slow_answer.get_future();
+    // Whatever fails below, the blocked handler is let go before `slow` is
+    // joined (locals are destroyed in reverse).
+    struct releaser {
+        std::atomic<bool>& release;
+        ~releaser() { release = true; }
+    } let_go{h.release};
     auto until = clock_type::now() + 20s;
     while (!h.entered && clock_type::now() < until)
         std::this_thread::sleep_for(1ms);
@@ -185,7 +191,6 @@ TEST_CASE("a handler that blocks delays only its own call: other clients' calls 
     h.release = true;
     REQUIRE(slow_future.wait_for(20s) == std::future_status::ready);
     CHECK(slow_future.get() == "8:slow");
-    slow.join();
 }
 
 TEST_CASE("threads = 0 runs handlers inline on the event listener thread; the default, on the server's threads",

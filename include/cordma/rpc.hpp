@@ -46,6 +46,10 @@
 /// connection of that listener); give server_options::executor to run them
 /// elsewhere (an Asio thread pool, say), at the cost of two thread hops a
 /// call. Client calls resume on the event listener thread.
+///
+/// The classic blocking shape (a handler object, `run()` until stopped or
+/// signalled, a client making blocking calls) is <cordma/rpc_blocking.hpp>,
+/// built on these two.
 
 #include <chrono>
 #include <cstddef>
