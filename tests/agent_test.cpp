@@ -182,7 +182,7 @@ TEST_CASE("dropping a remote region tells the owner, which frees it", "[agent]")
     CHECK(f.eventually([&] { return f.pool->bytes_in_use() == baseline; }));
 }
 
-TEST_CASE("requests over the owner's limits are refused with the limit named; the connection stays up", "[agent]") {
+TEST_CASE("requests over the owner's limits are refused with the limit named, access narrowed; the connection stays up", "[agent]") {
     agent_limits limits;
     limits.max_region_size = 1 << 20;
     limits.max_regions = 2;
@@ -194,7 +194,12 @@ TEST_CASE("requests over the owner's limits are refused with the limit named; th
     CHECK_THROWS_WITH(sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_write)),
                       Catch::Contains("allowed_access"));
     remote_mr one = sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read));
-    remote_mr two = sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read));
+    // Asking for more than is allowed gets what is allowed, said by access().
+    remote_mr two =
+        sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read | access_flags::remote_write));
+    CHECK(two.access() == access_flags::remote_read);
+    local_mr bytes = f.pool->allocate(16);
+    CHECK_THROWS_AS(sync_wait(f.client.write(bytes.all(), two.slice(0, 16))), std::invalid_argument);
     CHECK_THROWS_WITH(sync_wait(f.client.request_remote_mr(4096, 64, {}, access_flags::remote_read)),
                       Catch::Contains("max_regions"));
     // Still connected: user traffic and agent traffic both work.

@@ -375,6 +375,7 @@ TEST_CASE("a broken connection wakes next() with its error, after every message 
         receive_queue q(f.server, 4, 64, f.pool);
         local_mr big = f.pool->allocate(200);
         sync_wait(send_range(f.client, f.pool, 0, 1));
+        std::string sender_error;
         auto [first, error] = sync_wait([&]() -> task<std::pair<std::uint32_t, std::string>> {
             std::uint32_t n = check(co_await q.next());
             std::string what;
@@ -391,7 +392,8 @@ TEST_CASE("a broken connection wakes next() with its error, after every message 
             auto oversend = [&]() -> task<void> {
                 try {
                     co_await f.client.send(big.all());
-                } catch (const work_completion_error&) {
+                } catch (const work_completion_error& e) {
+                    sender_error = e.what();
                 }
             };
             co_await when_all(drain(), oversend());
@@ -399,6 +401,12 @@ TEST_CASE("a broken connection wakes next() with its error, after every message 
         }());
         CHECK(first == 0);
         CHECK_THAT(error, Catch::StartsWith("expected status|receive_queue::next to client: local "));
+        // Both ends say what happened, not only the status.
+        CHECK_THAT(error, Catch::Contains("a message longer than the posted receive buffer arrived"));
+        INFO("the sender's error: " << sender_error);
+        CHECK((sender_error.empty() || sender_error.find("longer than the receive the peer posted") != std::string::npos ||
+               sender_error.find("too long for its receive") != std::string::npos ||
+               sender_error.find("flushed") != std::string::npos));
         CHECK(f.server.is_broken());
     }
 }

@@ -144,6 +144,7 @@ static int parse_address(const char *text, char *host, size_t host_len, int *por
     return *end == '\0' && p >= 0 && p < 65536;
 }
 
+// doc:server begin
 static int server(const char *host, int port, int clients) {
     role = "server";
     cordma_config config;
@@ -179,6 +180,7 @@ static int server(const char *host, int port, int clients) {
     cordma_destroy(ctx);
     return ok ? 0 : 1;
 }
+// doc:server end
 
 static int client(const char *host, int port, int id) {
     static char name[32];

@@ -11,7 +11,7 @@
 //
 // ADDR is an address on an RDMA device (inside tools/rxe-vm: $RXE_VM_ADDR),
 // PORT an rdma_cm port. Once it listens the server prints "server:
-// listening on ADDR:PORT"; examples/coming_from/run.sh starts the client
+// listening on ADDR:PORT"; examples/coming_from/socket.sh starts the client
 // when that line comes.
 //
 // docs/coming-from/socket.md shows the regions between "// doc:NAME begin"

@@ -61,6 +61,7 @@ std::size_t text_length(int from, int to, int round, int index) {
     return 16 + static_cast<std::size_t>((from * 13 + to * 7 + round * 5 + index * 11) % 85);
 }
 
+// doc:send_to begin
 /// Sends rank `to` this round's messages: the block is started first
 /// (start_send: it goes while the texts follow), the texts one by one.
 task<void> send_to(group g, int to, int round) {
@@ -76,12 +77,14 @@ task<void> send_to(group g, int to, int round) {
     }
     co_await block_sent.wait();  // once rank `to` has read the block
 }
+// doc:send_to end
 
 struct tally {
     int good = 0;
     int bad = 0;
 };
 
+// doc:serve begin
 /// Serves whatever arrives from any rank this round, checking each message
 /// against what its sender must have sent next with that tag.
 task<void> serve(group g, int round, bool quiet, tally* t) {
@@ -103,12 +106,14 @@ task<void> serve(group g, int round, bool quiet, tally* t) {
                         m.tag, m.size, index, ok ? "" : "  <-- WRONG");
     }
 }
+// doc:serve end
 
 task<int> run(group g, examples::group_command_line o) {
     int n = g.size(), r = g.rank();
     tally t;
     local_mr bad_count = g.allocate(sizeof(std::int64_t));
     std::int64_t bad_everywhere = 0;
+    // doc:rounds begin
     for (int round = 0; round < o.rounds; ++round) {
         // Send to every rank and serve every rank, all at once.
         task_group work;
@@ -124,6 +129,7 @@ task<int> run(group g, examples::group_command_line o) {
         co_await g.all_reduce<std::int64_t>(bad_count, bad_count, reduce_op::sum);
         std::memcpy(&bad_everywhere, bad_count.data(), sizeof bad_everywhere);
     }
+    // doc:rounds end
     co_await g.barrier();
     co_await g.close();
     int expected = o.rounds * (n - 1) * (texts_per_round + 1);

@@ -251,14 +251,22 @@ public:
     /// std::logic_error.
     bool has_agent() const;
 
-    /// SEND `local` to the peer's next posted receive.
+    /// SEND `local` to the peer's next posted receive. RC's rule: a send
+    /// longer than the receive the peer posted for it fails on both ends
+    /// and breaks the connection (the work_completion_error says so: on
+    /// rxe IBV_WC_REM_OP_ERR here, IBV_WC_LOC_QP_OP_ERR at the receiver;
+    /// elsewhere REM_INV_REQ_ERR and LOC_LEN_ERR). Keep every send within
+    /// the receives the peer posts (or use a stream, a group or rpc, whose
+    /// frames are sized for you).
     operation<void> send(local_slice local, std::stop_token token = {});
     /// SEND with a 32-bit immediate the receiver gets in recv_result::imm.
     operation<void> send_with_imm(local_slice local, std::uint32_t imm, std::stop_token token = {});
     /// Posts a receive into `local` and waits for the peer's SEND. After a
     /// recv was cancelled once posted, takes that one's message first (see
     /// "Receives lose nothing" above). std::logic_error while a
-    /// receive_queue owns the connection's receives.
+    /// receive_queue owns the connection's receives. A message longer than
+    /// `local` breaks the connection (RC's rule, see send): the error says
+    /// that a message longer than the posted buffer arrived.
     operation<recv_result> recv(local_slice local, std::stop_token token = {});
     /// Posts a receive with several buffers, filled in order.
     operation<recv_result> recv(std::span<const local_slice> sg_list, std::stop_token token = {});
@@ -327,9 +335,12 @@ public:
     /// Asks the peer's agent for `size` bytes of its memory with `access`,
     /// for `lease` (0 = the peer's default; it may shorten it). The peer
     /// allocates, zeroes and registers the region; dropping the returned
-    /// remote_mr tells the peer to free it. Throws std::system_error if
-    /// the peer refuses (over one of its agent_limits: the message says
-    /// which); the connection stays up.
+    /// remote_mr tells the peer to free it. The grant's access is `access`
+    /// narrowed to what the peer allows (agent_limits::allowed_access,
+    /// builder::remote_access), as for send_local_mr: remote_mr::access()
+    /// says what was granted. Throws std::system_error if the peer refuses
+    /// (over one of its agent_limits, or none of `access` allowed:
+    /// permission_denied; the message says which); the connection stays up.
     task<remote_mr> request_remote_mr(std::size_t size, std::size_t alignment = 64,
                                       std::chrono::milliseconds lease = {},
                                       access_flags access = access_flags::remote_read | access_flags::remote_write,

@@ -29,6 +29,7 @@
 #include <cordma/remote_slice.hpp>
 #include <cordma/remote_mr.hpp>
 #include <cordma/rpc.hpp>
+#include <cordma/rpc_blocking.hpp>
 #include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>

@@ -46,6 +46,10 @@
 /// connection of that listener); give server_options::executor to run them
 /// elsewhere (an Asio thread pool, say), at the cost of two thread hops a
 /// call. Client calls resume on the event listener thread.
+///
+/// The classic blocking shape (a handler object, `run()` until stopped or
+/// signalled, a client making blocking calls) is <cordma/rpc_blocking.hpp>,
+/// built on these two.
 
 #include <chrono>
 #include <cstddef>
@@ -212,6 +216,12 @@ public:
     /// empty handler. Register before serving (or from the event listener
     /// thread).
     void handle(std::uint32_t method, std::string name, handler h);
+    /// Registers `h` for every method without a handler of its own (the
+    /// request's method() says which was called); `name` is how logs and
+    /// errors call it. Without it, such calls fail with unknown_method.
+    /// Throws std::invalid_argument for an empty handler or a second one.
+    /// Register before serving (or from the event listener thread).
+    void handle_any(std::string name, handler h);
 
     /// A handler taking and returning trivially copyable structs (a request
     /// of another size fails the call with handler_failed).
@@ -230,8 +240,10 @@ public:
     /// progress of clients still connected to be answered (a handler that
     /// never returns keeps it waiting), and returns; connections stay up
     /// until the server is destroyed. A client that is not an rpc client is refused
-    /// and logged. Throws std::logic_error for a listener from another
-    /// builder.
+    /// and logged. Throws std::logic_error, before accepting anyone, for a
+    /// listener made before the server or from another builder (it would
+    /// refuse every rpc client: it took the builder's settings before the
+    /// constructor set them up); make the server first, then listen.
     task<void> serve(listener l, std::stop_token token = {});
 
     /// Clients connected now.

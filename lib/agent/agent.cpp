@@ -309,15 +309,18 @@ void agent::on_request(const proto::request_mr& m) {
         return deny(std::errc::too_many_files_open, "the peer host " + peer_host_ + " already holds " +
                                                         std::to_string(peer_holds.regions) +
                                                         " regions over all its connections (agent_limits::max_peer_regions)");
-    if (!contains(limits_.allowed_access, access))
-        return deny(std::errc::permission_denied, "access " + to_string(access) + " is not allowed (agent_limits::allowed_access, with builder::remote_access, is " +
+    // One rule for every grant (send_local_mr too): what was asked, narrowed
+    // to what this side lets peers have; refused only when nothing is left.
+    access_flags granted = access & limits_.allowed_access & remote_bits;
+    if (granted == access_flags::none)
+        return deny(std::errc::permission_denied, "none of access " + to_string(access) + " is allowed (agent_limits::allowed_access, with builder::remote_access, is " +
                                                       to_string(limits_.allowed_access & remote_bits) + ")");
     try {
         // Never a previous user's bytes.
         local_mr memory = pool_->allocate_zeroed(m.size, m.alignment);
         proto::grant_mr g;
         g.request_id = m.request_id;
-        add_grant(memory.all(), access, std::chrono::milliseconds(m.lease_ms), g);
+        add_grant(memory.all(), granted, std::chrono::milliseconds(m.lease_ms), g);
         send_detached(g);
     } catch (const std::exception& e) {
         deny(std::errc::not_enough_memory, std::string("could not allocate or register: ") + e.what());

@@ -20,6 +20,7 @@
 #include <cordma/shared_receive_queue.hpp>
 #include <cordma/task_group.hpp>
 
+#include "connect/acceptor.hpp"
 #include "engine/run_and_wait.hpp"
 #include "rpc/frame_buffers.hpp"
 #include "rpc/rpc_wire.hpp"
@@ -75,6 +76,7 @@ public:
     server_state(builder& b, server_options options);
 
     void handle(std::uint32_t method, std::string name, handler h);
+    void handle_any(std::string name, handler h);
     task<void> serve(listener l, std::stop_token token);
     void shut_down() noexcept;
 
@@ -113,6 +115,7 @@ private:
     local_mr heartbeat_;
     cordma::detail::frame_buffers buffers_;
     std::map<std::uint32_t, std::pair<std::string, handler>> handlers_;
+    std::optional<std::pair<std::string, handler>> any_;  // for methods not in handlers_
     std::unordered_map<std::uint32_t, std::shared_ptr<session>> sessions_;
     // Frames that arrived through the SRQ before serve() took their
     // connection from accept() (the client may send as soon as it is
@@ -194,6 +197,17 @@ void server_state::handle(std::uint32_t method, std::string name, handler h) {
         if (!added)
             throw std::invalid_argument("cordma::rpc::server::handle(" + std::to_string(method) +
                                         "): the method is registered already, as \"" + it->second.first + "\"");
+    });
+}
+
+void server_state::handle_any(std::string name, handler h) {
+    if (!h)
+        throw std::invalid_argument("cordma::rpc::server::handle_any(\"" + name + "\"): the handler is empty");
+    cordma::detail::run_and_wait(*listener_, [&] {
+        if (any_)
+            throw std::invalid_argument("cordma::rpc::server::handle_any: registered already, as \"" + any_->first +
+                                        "\"");
+        any_.emplace(std::move(name), std::move(h));
     });
 }
 
@@ -418,7 +432,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     local_mr large_mr;
     std::span<const std::byte> payload;
     bool read_failed = false;
-    auto entry = handlers_.find(h.code);
+    auto found = handlers_.find(h.code);
+    const std::pair<std::string, handler>* entry = found != handlers_.end() ? &found->second : any_ ? &*any_ : nullptr;
 
     if (h.type == wire::frame::request) {
         payload = m.bytes().subspan(wire::header_size);
@@ -428,7 +443,7 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
             status = static_cast<std::uint32_t>(rpc_errc::too_large);
             message = "a request of " + std::to_string(h.size) + " bytes, over the server's max_request of " +
                       std::to_string(options_.max_request);
-        } else if (entry != handlers_.end()) {
+        } else if (entry != nullptr) {
             try {
                 large.reset(new std::byte[h.size]);
                 large_mr = register_local_mr(pd_, large.get(), h.size, access_flags::local_write);
@@ -448,12 +463,12 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         violation(s, "reading its request of " + std::to_string(h.size) + " bytes failed: " + message);
         co_return;
     }
-    if (status == 0 && entry == handlers_.end()) {
+    if (status == 0 && entry == nullptr) {
         status = static_cast<std::uint32_t>(rpc_errc::unknown_method);
         message = "no method " + std::to_string(h.code) + " on this server (it has: " + method_list(handlers_) + ")";
     }
     if (status == 0) {
-        const handler& fn = entry->second.second;
+        const handler& fn = entry->second;
         bool hopped = false;
         try {
             if (options_.executor) {
@@ -463,10 +478,10 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
             response = co_await fn(request(payload, h.code, &s->peer));
         } catch (const std::exception& e) {
             status = static_cast<std::uint32_t>(rpc_errc::handler_failed);
-            message = "method " + std::to_string(h.code) + " (" + entry->second.first + ") failed: " + e.what();
+            message = "method " + std::to_string(h.code) + " (" + entry->first + ") failed: " + e.what();
         } catch (...) {
             status = static_cast<std::uint32_t>(rpc_errc::handler_failed);
-            message = "method " + std::to_string(h.code) + " (" + entry->second.first +
+            message = "method " + std::to_string(h.code) + " (" + entry->first +
                       ") failed: it threw something not derived from std::exception";
         }
         if (hopped || !listener_->running_in_this_thread())
@@ -561,6 +576,18 @@ task<void> server_state::send_frame(std::shared_ptr<session> s, wire::header h, 
 
 task<void> server_state::serve(listener l, std::stop_token token) {
     auto self = shared_from_this();
+    // A listener takes its builder's settings when it is made: one made
+    // before the server (whose constructor sets the builder up for rpc) would
+    // refuse every rpc client. Say so now, not at the first client.
+    if (auto& impl = cordma::detail::listener_access::impl(l)) {
+        const connection_settings& have = impl->settings();
+        const connection_settings& want = builder_.settings();
+        if (have.with_agent || have.private_data != want.private_data || have.shared_receives != want.shared_receives)
+            throw std::logic_error("cordma::rpc::server::serve: the listener on " + impl->address() +
+                                   " was made before this server (or from another builder), so it would refuse "
+                                   "every rpc client: make the rpc::server first, then listen on the builder given "
+                                   "to it (rpc::blocking_server does both, in that order)");
+    }
     if (!listener_->running_in_this_thread())
         co_await listener_->schedule();
     start_loops();
@@ -667,6 +694,10 @@ detail::server_state& checked(const std::shared_ptr<detail::server_state>& s, co
 
 void server::handle(std::uint32_t method, std::string name, handler h) {
     checked(state_, "handle").handle(method, std::move(name), std::move(h));
+}
+
+void server::handle_any(std::string name, handler h) {
+    checked(state_, "handle_any").handle_any(std::move(name), std::move(h));
 }
 
 task<void> server::serve(listener l, std::stop_token token) {

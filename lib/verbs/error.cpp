@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace cordma {
 
@@ -93,6 +94,18 @@ std::string describe(ibv_wc_status status, const char* operation, std::uint32_t 
     std::string text = std::string(operation) + " to " + peer + ": " + ibv_wc_status_str(status) + tail;
     if (const char* meaning = detail::work_completion_meaning(status))
         text += std::string(": ") + meaning;
+    // RC's rule for a SEND longer than the receive posted for it: both
+    // ends fail and the connection breaks. rxe reports LOC_QP_OP_ERR on
+    // the receiver and REM_OP_ERR on the sender; other devices LOC_LEN_ERR
+    // and REM_INV_REQ_ERR (whose meaning above says so already).
+    std::string_view op(operation);
+    bool receiving = op.find("recv") != std::string_view::npos || op.find("receive") != std::string_view::npos;
+    if (receiving && (status == IBV_WC_LOC_LEN_ERR || status == IBV_WC_LOC_QP_OP_ERR))
+        text += ": a message longer than the posted receive buffer arrived (on RC that breaks the connection on "
+                "both sides: post receives as long as the longest message the peer sends)";
+    else if (!receiving && op.find("send") != std::string_view::npos && status == IBV_WC_REM_OP_ERR)
+        text += ": the peer could not take it; on RC a send longer than the receive the peer posted for it "
+                "does this, and the connection breaks on both sides";
     if (!cause.empty())
         text += (status == IBV_WC_WR_FLUSH_ERR ? ": flushed: " : ": ") + cause;
     return text;

@@ -51,6 +51,7 @@ public:
     ~cm_acceptor() override;
 
     const std::string& address() const noexcept override { return address_; }
+    const connection_settings& settings() const noexcept override { return settings_; }
     task<connection> accept(std::stop_token token) override;
     void close() override;
 

@@ -66,6 +66,7 @@ public:
     ~tcp_acceptor() override;
 
     const std::string& address() const noexcept override { return address_; }
+    const connection_settings& settings() const noexcept override { return settings_; }
 
     task<connection> accept(std::stop_token token) override;
 

@@ -4,7 +4,7 @@
 # client doing the classic exchange of a socket-like communicator (an
 # 18-byte message read with a 40-byte buffer, and a reply), each checking
 # every byte. Fails unless both exit 0.
-# Usage: examples/coming_from/run.sh [BUILD-DIR]      (default: build)
+# Usage: examples/coming_from/socket.sh [BUILD-DIR]      (default: build)
 #
 # Readiness, not sleeps (tools/lib/server-then-client does the waiting):
 # the server listens on any free port and prints "server: listening on
@@ -15,9 +15,9 @@
 set -euo pipefail
 build=${1:-build}
 addr=${CORDMA_TEST_ADDR:-${RXE_VM_ADDR:-}}
-[ -n "$addr" ] || { echo "run.sh: no RDMA address: run it inside tools/rxe-vm, or set CORDMA_TEST_ADDR" >&2; exit 1; }
+[ -n "$addr" ] || { echo "socket.sh: no RDMA address: run it inside tools/rxe-vm, or set CORDMA_TEST_ADDR" >&2; exit 1; }
 exe=$build/examples/coming_from_socket
-[ -x "$exe" ] || { echo "run.sh: $exe is not built (meson compile -C $build; the examples need -Dexamples=enabled or auto)" >&2; exit 1; }
-exec "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/server-then-client" --name run.sh \
+[ -x "$exe" ] || { echo "socket.sh: $exe is not built (meson compile -C $build; the examples need -Dexamples=enabled or auto)" >&2; exit 1; }
+exec "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/server-then-client" --name socket.sh \
   --ready-within 30 --client-within 60 --exit-within 30 \
   -- "$exe" server "$addr:0" -- "$exe" client "{address}"
