@@ -34,11 +34,11 @@ enum class access_flags : int {
           IBV_ACCESS_REMOTE_ATOMIC,
 };
 
-/// The union of two sets of rights: `access_flags::remote_read | access_flags::remote_write`.
+/// The union of two sets of access: `access_flags::remote_read | access_flags::remote_write`.
 constexpr access_flags operator|(access_flags a, access_flags b) noexcept {
     return static_cast<access_flags>(static_cast<int>(a) | static_cast<int>(b));
 }
-/// The rights both sets hold.
+/// The access both sets hold.
 constexpr access_flags operator&(access_flags a, access_flags b) noexcept {
     return static_cast<access_flags>(static_cast<int>(a) & static_cast<int>(b));
 }

@@ -47,8 +47,8 @@ struct CORDMA_API socket_address {
     std::string to_string() const;
 };
 
-/// Resolves `where` (getaddrinfo; blocking, so call it off the listener
-/// thread). `passive` allows an empty host ("any address") for listening.
+/// Resolves `where` (getaddrinfo; blocking, so call it off the event
+/// listener thread). `passive` allows an empty host ("any address") for listening.
 /// Throws std::system_error with code() == cordma::errc::host_not_found,
 /// naming the host and the resolver's reason, when it does not resolve.
 CORDMA_API socket_address resolve(const host_port& where, bool passive = false);

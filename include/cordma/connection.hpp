@@ -37,7 +37,7 @@
 ///   use a receive_queue (<cordma/receive_queue.hpp>); while one exists, it
 ///   owns the connection's receives and recv throws std::logic_error.
 /// - Allocation: none per operation on the event listener thread. Awaiting from
-///   another thread hops to the listener once (one small allocation).
+///   another thread hops to the event listener once (one small allocation).
 /// - Doorbells and completions (automatic, nothing to configure). A send,
 ///   write, read or atomic awaited while the event listener is handing out
 ///   completions (i.e. by a coroutine one of them resumed) is chained with
@@ -123,7 +123,7 @@ template <class Result>
 class [[nodiscard]] operation : private detail::operation_base {
 public:
     /// Movable until awaited (into when_all, a task parameter, ...); once
-    /// started, the listener points into it and it stays put in its frame.
+    /// started, the event listener points into it and it stays put in its frame.
     operation(operation&& other) noexcept
         : detail::operation_base(static_cast<detail::operation_base&&>(other)), token_(std::move(other.token_)) {}
     operation(const operation&) = delete;
@@ -365,7 +365,7 @@ public:
     task<std::size_t> revoke_local_mr(local_slice region);
 
     /// Opens another queue pair to the same peer, sharing this connection's
-    /// device, PD, CQs and listener: for parallelism. Only on the connecting
+    /// device, PD, CQs and event listener: for parallelism. Only on the connecting
     /// side (the peer's listener accepts it like any client); an accepted
     /// connection throws std::logic_error. It connects as the first did,
     /// with the same settings: with builder::agent(false), another plain
@@ -390,10 +390,10 @@ private:
 };
 
 /// Two connections joined to each other on one device (loopback), both
-/// served by `listener`: for tests, examples and benchmarks.
+/// served by the event listener `el`: for tests, examples and benchmarks.
 /// Each gets an agent (a second, control QP pair) serving memory from
 /// `pool` (default: a new pool on the pair's PD) within `limits`.
-CORDMA_API std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listener> listener,
+CORDMA_API std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listener> el,
                                                    const qp_capacity& capacity = {},
                                                    qp_connect_options options = {},
                                                    std::shared_ptr<memory_pool> pool = nullptr,

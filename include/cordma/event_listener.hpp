@@ -29,7 +29,7 @@ namespace detail {
 class event_listener_access;
 }
 
-/// How the listener waits for completions.
+/// How the event listener waits for completions.
 enum class polling_mode {
     /// Arm the CQs and sleep in io_uring until the completion channel fires.
     /// Lowest CPU; each wake-up costs a few microseconds.
@@ -65,7 +65,7 @@ struct CORDMA_API event_listener_options {
 /// queues made through it (create_cq), watches their channel, the rdma_cm
 /// event channel and any fd handed to it through io_uring, and resumes each
 /// coroutine whose operation completed, inline, on its own thread. Every
-/// connection of a builder shares the builder's listener. Shared: the user,
+/// connection of a builder shares the builder's event listener. Shared: the user,
 /// every CQ and every connection hold a reference; the thread stops with
 /// the last one.
 ///
@@ -84,7 +84,7 @@ public:
                                                  event_listener_options options = {});
 
     /// The thread stops when the last shared_ptr from start() (held by the
-    /// user, and by every CQ and connection made through the listener) is
+    /// user, and by every CQ and connection made through the event listener) is
     /// dropped; it is joined unless that happens on the event listener thread itself.
     CORDMA_API ~event_listener();
     event_listener(const event_listener&) = delete;
@@ -95,7 +95,7 @@ public:
     /// The options it was started with.
     const event_listener_options& options() const noexcept { return options_; }
 
-    /// A completion queue served by this listener: each completion's wr_id
+    /// A completion queue served by this event listener: each completion's wr_id
     /// must point to a detail::completion_target, which is called on the
     /// event listener thread. The CQ keeps the listener alive, and is destroyed on
     /// the event listener thread (so no event for it can be in flight).
@@ -106,14 +106,14 @@ public:
     /// cross-thread hand-offs and teardown, not for the per-operation path.
     CORDMA_API void post(std::function<void()> fn);
 
-    /// `co_await listener->schedule()` continues the coroutine on the
+    /// `co_await el->schedule()` continues the coroutine on the
     /// event listener thread (always suspending, resumed from the posted queue).
     /// After it, operations start without a thread hop.
     auto schedule() noexcept {
         struct awaiter {
-            event_listener* listener;
+            event_listener* el;
             bool await_ready() const noexcept { return false; }
-            void await_suspend(std::coroutine_handle<> h) { listener->post([h] { h.resume(); }); }
+            void await_suspend(std::coroutine_handle<> h) { el->post([h] { h.resume(); }); }
             void await_resume() const noexcept {}
         };
         return awaiter{this};
@@ -146,7 +146,7 @@ private:
     // The engine's own hooks (lib/engine/event_listener_access.hpp), not
     // part of the API: cordma's layers reach them through that accessor.
     friend class detail::event_listener_access;
-    /// The rdma_cm event channel this listener serves (created on first use):
+    /// The rdma_cm event channel this event listener serves (created on first use):
     /// ids made on it deliver their events to the cm_target in id->context,
     /// on the event listener thread.
     rdma_event_channel* cm_channel();

@@ -126,7 +126,7 @@ public:
     /// The key a peer's one-sided operations need (meaningful only with
     /// remote access).
     std::uint32_t rkey() const noexcept { return block_->rkey; }
-    /// The rights its memory was registered with.
+    /// The access its memory was registered with.
     access_flags access() const noexcept { return block_->access; }
 
     /// The whole region as a slice; operations take slices.
@@ -196,7 +196,7 @@ public:
     /// The size of each registration (a region larger than it gets a chunk
     /// of its own size).
     std::size_t chunk_size() const noexcept { return chunk_size_; }
-    /// The rights every chunk is registered with.
+    /// The access every chunk is registered with.
     access_flags access() const noexcept { return rights_; }
     /// The protection domain its chunks are registered with.
     const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }

@@ -53,7 +53,7 @@ public:
     /// The key a peer's one-sided operations need (meaningful only with
     /// remote access).
     std::uint32_t rkey() const noexcept { return mr_->rkey; }
-    /// The rights it was registered with.
+    /// The access it was registered with.
     access_flags access() const noexcept { return rights_; }
     /// The protection domain it was registered with (nullptr when empty).
     const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }

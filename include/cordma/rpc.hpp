@@ -43,7 +43,7 @@
 ///
 /// Threads: handlers run inline on the event listener thread by default
 /// (no thread hop: the fastest, but a handler that blocks stalls every
-/// connection of that listener); give server_options::executor to run them
+/// connection of that event listener); give server_options::executor to run them
 /// elsewhere (an Asio thread pool, say), at the cost of two thread hops a
 /// call. Client calls resume on the event listener thread.
 ///

@@ -27,13 +27,13 @@ std::string size_text(std::size_t bytes) { return std::to_string(bytes) + " byte
 
 }  // namespace
 
-agent::agent(std::shared_ptr<event_listener> listener, std::shared_ptr<memory_pool> pool, agent_limits limits,
+agent::agent(std::shared_ptr<event_listener> el, std::shared_ptr<memory_pool> pool, agent_limits limits,
              std::string peer, std::chrono::milliseconds call_timeout, std::shared_ptr<agent_ledger> ledger)
     : pool_(std::move(pool)), limits_(limits), peer_(std::move(peer)), peer_host_(agent_ledger::host_of(peer_)),
       call_timeout_(call_timeout), ledger_(ledger ? std::move(ledger) : std::make_shared<agent_ledger>()),
-      event_listener_(listener), ready_(waiter_queue<bool>::make(listener)),
-      slots_(waiter_queue<bool>::make(listener)), incoming_remote_(waiter_queue<remote_mr>::make(listener)),
-      incoming_local_(waiter_queue<local_mr>::make(std::move(listener))) {
+      event_listener_(el), ready_(waiter_queue<bool>::make(el)),
+      slots_(waiter_queue<bool>::make(el)), incoming_remote_(waiter_queue<remote_mr>::make(el)),
+      incoming_local_(waiter_queue<local_mr>::make(std::move(el))) {
     for (std::uint32_t i = 0; i < proto::window; ++i)
         slots_->push(true);
 }

@@ -37,7 +37,7 @@ public:
     /// `call_timeout`: the default deadline of its calls (builder::agent_timeout).
     /// `ledger`: what each peer host holds over all connections of the
     /// builder (null: this agent's alone).
-    agent(std::shared_ptr<event_listener> listener, std::shared_ptr<memory_pool> pool, agent_limits limits,
+    agent(std::shared_ptr<event_listener> el, std::shared_ptr<memory_pool> pool, agent_limits limits,
           std::string peer, std::chrono::milliseconds call_timeout = std::chrono::seconds(30),
           std::shared_ptr<agent_ledger> ledger = nullptr);
     ~agent();

@@ -18,13 +18,13 @@ namespace cordma::detail {
 class call_deadline {
 public:
     /// `timeout`: the call's own (agent_call::timeout), 0 for `fallback`.
-    call_deadline(event_listener& listener, const agent_call& call, std::chrono::milliseconds fallback)
+    call_deadline(event_listener& el, const agent_call& call, std::chrono::milliseconds fallback)
         : user_(call.stop), timeout_(call.timeout.count() > 0 ? call.timeout : fallback) {
         if (user_.stop_possible())
             forward_.emplace(user_, forward{source_});
         // Beyond a year is "forever": no timer (and no overflow in the sum).
         if (timeout_ < std::chrono::hours(24 * 365))
-            timer_ = listener.call_after(timeout_, [source = source_]() mutable { source.request_stop(); });
+            timer_ = el.call_after(timeout_, [source = source_]() mutable { source.request_stop(); });
     }
     ~call_deadline() {
         if (timer_)

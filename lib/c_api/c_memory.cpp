@@ -28,34 +28,34 @@ cordma::agent_call agent_call_of(cordma_context& ctx) {
     return cordma::agent_call{cordma::agent_call::forever, call_token(ctx)};
 }
 
-access_flags rights_of(unsigned access) {
-    access_flags rights = access_flags::none;
+access_flags access_flags_of(unsigned access) {
+    access_flags flags = access_flags::none;
     if (access & CORDMA_ACCESS_READ)
-        rights = rights | access_flags::remote_read;
+        flags = flags | access_flags::remote_read;
     if (access & CORDMA_ACCESS_WRITE)
-        rights = rights | access_flags::remote_write;
-    return rights;
+        flags = flags | access_flags::remote_write;
+    return flags;
 }
 
-unsigned access_of(access_flags rights) {
+unsigned access_of(access_flags flags) {
     unsigned access = 0;
-    if (cordma::contains(rights, access_flags::remote_read))
+    if (cordma::contains(flags, access_flags::remote_read))
         access |= CORDMA_ACCESS_READ;
-    if (cordma::contains(rights, access_flags::remote_write))
+    if (cordma::contains(flags, access_flags::remote_write))
         access |= CORDMA_ACCESS_WRITE;
     return access;
 }
 
 cordma::task<int> grant_task(cordma_context* ctx, std::shared_ptr<peer_state> p, void* buf, std::size_t len,
                              unsigned access) {
-    access_flags rights = rights_of(access);
-    access_flags registration = rights;
+    access_flags flags = access_flags_of(access);
+    access_flags registration = flags;
     if (access & CORDMA_ACCESS_WRITE)
         registration = registration | access_flags::local_write;
     cordma::local_mr mr = cordma::register_local_mr(ctx->builder.pd(), buf, len, registration);
     cordma::local_slice region = mr.all();
     cordma::agent_call call = agent_call_of(*ctx);
-    co_await p->conn.send_local_mr(region, grant_lease, rights, call);
+    co_await p->conn.send_local_mr(region, grant_lease, flags, call);
     ctx->granted.emplace(buf, std::move(mr));
     co_return 0;
 }

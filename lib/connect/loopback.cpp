@@ -8,10 +8,10 @@
 
 namespace cordma {
 
-std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listener> listener,
+std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listener> el,
                                                    const qp_capacity& capacity, qp_connect_options options,
                                                    std::shared_ptr<memory_pool> pool, agent_limits limits) {
-    const auto& device = listener->device();
+    const auto& device = el->device();
     auto pd = pool ? pool->pd() : protection_domain::create(device);
     if (!pool)
         pool = memory_pool::create(pd);
@@ -19,11 +19,11 @@ std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listene
         options.port = device->first_active_port();
     options.gid_index = device->find_gid_index(options.port, AF_INET);
     // One send CQ and one receive CQ for all four QPs, as a builder's
-    // runtime shares its pair among its connections: a busy listener polls
+    // runtime shares its pair among its connections: a busy event listener polls
     // two CQs per pass, not eight.
     const qp_capacity& control = detail::control_capacity;
-    auto send_cq = listener->create_cq(static_cast<int>(2 * (capacity.max_send_wr + control.max_send_wr)));
-    auto recv_cq = listener->create_cq(static_cast<int>(2 * (capacity.max_recv_wr + control.max_recv_wr)));
+    auto send_cq = el->create_cq(static_cast<int>(2 * (capacity.max_send_wr + control.max_send_wr)));
+    auto recv_cq = el->create_cq(static_cast<int>(2 * (capacity.max_recv_wr + control.max_recv_wr)));
     auto make_pair = [&](const qp_capacity& cap) {
         auto make_qp = [&] { return queue_pair::create(pd, send_cq, recv_cq, cap); };
         auto a = make_qp();
@@ -42,7 +42,7 @@ std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listene
     std::string name = device->name() + " loopback qpn ";
     auto join = [&](std::shared_ptr<queue_pair> qp, const queue_pair& other) {
         detail::connection_parts parts;
-        parts.event_listener = listener;
+        parts.event_listener = el;
         parts.data = std::move(qp);
         parts.peer = name + std::to_string(other.qp_num());
         parts.agent_pool = pool;
@@ -51,7 +51,7 @@ std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listene
     };
     connection first = join(a, *b);
     connection second = join(b, *a);
-    listener->post([first, second, ca = ca, cb = cb] {
+    el->post([first, second, ca = ca, cb = cb] {
         detail::attach_control(first, ca);
         detail::attach_control(second, cb);
     });

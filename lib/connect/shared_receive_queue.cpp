@@ -54,7 +54,7 @@ void shared_receive_queue::close() noexcept {
     auto state = std::move(state_);
     state->stop_accepting_connections();
     try {
-        state->on_listener_thread([state] { state->close(); });
+        state->on_event_listener_thread([state] { state->close(); });
     } catch (const std::exception& e) {
         detail::logf(log_level::error, "cordma: shared_receive_queue: closing: %s", e.what());
     }

@@ -30,7 +30,7 @@ bool start_operation(operation_base* op, const std::stop_token* stop) {
     connection_state* state = op->connection;
     if (state->event_listener()->running_in_this_thread())
         return state->start(op);
-    // Awaited on another thread: hop to the listener once. A stop requested
+    // Awaited on another thread: hop to the event listener once. A stop requested
     // meanwhile, from a third thread, posts its cancel from there: that can
     // run before this start, find nothing to cancel, and the operation would
     // then wait as if never stopped (a recv, for a message that may never
@@ -96,9 +96,9 @@ const std::shared_ptr<event_listener>& connection::event_listener() const {
 }
 bool connection::is_broken() const { return checked_state("is_broken").broken(); }
 
-connection connection::adopt(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<queue_pair> qp,
+connection connection::adopt(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<queue_pair> qp,
                              std::string peer) {
-    return connection(std::make_shared<detail::connection_state>(std::move(listener), std::move(qp), std::move(peer)));
+    return connection(std::make_shared<detail::connection_state>(std::move(el), std::move(qp), std::move(peer)));
 }
 
 void connection::shut_down() {

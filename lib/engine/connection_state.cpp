@@ -27,9 +27,9 @@ constexpr std::uint32_t rxe_vendor_id = 0xffffff;
 constexpr std::uint64_t atomic_poison = 0xa70a1c5e'5105e0f1;
 }  // namespace
 
-connection_state::connection_state(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<queue_pair> qp,
+connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<queue_pair> qp,
                                    std::string peer)
-    : event_listener_(std::move(listener)), qp_(std::move(qp)), peer_(std::move(peer)),
+    : event_listener_(std::move(el)), qp_(std::move(qp)), peer_(std::move(peer)),
       send_slots_(qp_->capacity().max_send_wr), recv_slots_(qp_->capacity().max_recv_wr),
       atomic_results_(send_slots_.size()) {
     check_atomic_results_ = event_listener_->device()->attributes().vendor_id == rxe_vendor_id;

@@ -36,7 +36,7 @@ public:
 
 class connection_state : public std::enable_shared_from_this<connection_state> {
 public:
-    connection_state(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<queue_pair> qp,
+    connection_state(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<queue_pair> qp,
                      std::string peer);
     ~connection_state();
     connection_state(const connection_state&) = delete;

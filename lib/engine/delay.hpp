@@ -12,16 +12,16 @@
 namespace cordma::detail {
 
 struct delay_awaiter {
-    event_listener* listener;
+    event_listener* el;
     std::chrono::nanoseconds delay;
     std::shared_ptr<event_listener::timer> timer;
     bool await_ready() const noexcept { return delay.count() <= 0; }
-    void await_suspend(std::coroutine_handle<> h) { timer = listener->call_after(delay, [h] { h.resume(); }); }
+    void await_suspend(std::coroutine_handle<> h) { timer = el->call_after(delay, [h] { h.resume(); }); }
     void await_resume() const noexcept {}
 };
 
-inline delay_awaiter after(event_listener& listener, std::chrono::nanoseconds delay) {
-    return {&listener, delay, nullptr};
+inline delay_awaiter after(event_listener& el, std::chrono::nanoseconds delay) {
+    return {&el, delay, nullptr};
 }
 
 }  // namespace cordma::detail

@@ -106,22 +106,22 @@ const char* to_string(polling_mode mode) noexcept {
 // gone) stops the thread; the thread holds the listener itself, so a last
 // reference dropped on the event listener thread detaches instead of self-joining.
 struct event_listener::handle {
-    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<event_listener> el;
     handle() = default;
     handle(const handle&) = delete;
     handle& operator=(const handle&) = delete;
     ~handle() {
-        if (!listener)
+        if (!el)
             return;
-        listener->request_stop();
-        if (listener->running_in_this_thread()) {
+        el->request_stop();
+        if (el->running_in_this_thread()) {
             detached_threads& d = detached();
             std::lock_guard lock(d.mutex);
             ++d.running;
             detached_this_thread = true;
-            listener->thread_.detach();
-        } else if (listener->thread_.joinable()) {
-            listener->thread_.join();
+            el->thread_.detach();
+        } else if (el->thread_.joinable()) {
+            el->thread_.join();
         }
     }
 };
@@ -129,10 +129,10 @@ struct event_listener::handle {
 std::shared_ptr<event_listener> event_listener::start(std::shared_ptr<device_context> device,
                                                       event_listener_options options) {
     wait_at_exit();
-    std::shared_ptr<event_listener> listener(new event_listener(std::move(device), options));
+    std::shared_ptr<event_listener> el(new event_listener(std::move(device), options));
     std::promise<void> started;
     auto ready = started.get_future();
-    listener->thread_ = std::thread([self = listener, &started]() mutable {
+    el->thread_ = std::thread([self = el, &started]() mutable {
         self->thread_id_ = std::this_thread::get_id();
         started.set_value();
         self->run();
@@ -148,8 +148,8 @@ std::shared_ptr<event_listener> event_listener::start(std::shared_ptr<device_con
     });
     ready.wait();
     auto h = std::make_shared<handle>();
-    h->listener = std::move(listener);
-    return std::shared_ptr<event_listener>(h, h->listener.get());
+    h->el = std::move(el);
+    return std::shared_ptr<event_listener>(h, h->el.get());
 }
 
 event_listener::event_listener(std::shared_ptr<device_context> device, event_listener_options options)

@@ -10,9 +10,9 @@
 
 namespace cordma::detail {
 
-message_queue_state::message_queue_state(std::shared_ptr<cordma::event_listener> listener, const char* kind,
+message_queue_state::message_queue_state(std::shared_ptr<cordma::event_listener> el, const char* kind,
                                          std::string source)
-    : listener_(std::move(listener)), kind_(kind), call_(std::string(kind) + "::next"), source_(std::move(source)) {}
+    : event_listener_(std::move(el)), kind_(kind), call_(std::string(kind) + "::next"), source_(std::move(source)) {}
 
 void message_queue_state::resume_with(next_operation* op, std::exception_ptr error) noexcept {
     op->error_ = std::move(error);
@@ -84,7 +84,7 @@ bool message_queue_state::wait(next_operation* op) noexcept {
             // when the message comes first), and holding the queue would
             // hold its connections and its event listener until it fires.
             if (op->timeout_.count() >= 0)
-                op->timer_ = listener_->call_after(op->timeout_, [weak = weak_from_this(), op, ticket = op->ticket_] {
+                op->timer_ = event_listener_->call_after(op->timeout_, [weak = weak_from_this(), op, ticket = op->ticket_] {
                     if (auto self = weak.lock())
                         self->cancel(op, ticket, true);
                 });

@@ -27,12 +27,12 @@ public:
 
     /// `kind` names the queue in errors ("receive_queue"), `source` whom
     /// messages come from (the peer, or the queue's connections).
-    message_queue_state(std::shared_ptr<cordma::event_listener> listener, const char* kind, std::string source);
+    message_queue_state(std::shared_ptr<cordma::event_listener> el, const char* kind, std::string source);
     virtual ~message_queue_state() = default;
     message_queue_state(const message_queue_state&) = delete;
     message_queue_state& operator=(const message_queue_state&) = delete;
 
-    const std::shared_ptr<cordma::event_listener>& event_listener() const noexcept { return listener_; }
+    const std::shared_ptr<cordma::event_listener>& event_listener() const noexcept { return event_listener_; }
     /// "receive_queue::next", as errors name the call.
     const char* call() const noexcept { return call_.c_str(); }
     const std::string& source() const noexcept { return source_; }
@@ -57,11 +57,11 @@ public:
 
     /// Runs `fn` on the event listener thread: inline if already there.
     template <class F>
-    void on_listener_thread(F&& fn) {
-        if (listener_->running_in_this_thread())
+    void on_event_listener_thread(F&& fn) {
+        if (event_listener_->running_in_this_thread())
             fn();
         else
-            listener_->post(std::forward<F>(fn));
+            event_listener_->post(std::forward<F>(fn));
     }
 
 protected:
@@ -91,7 +91,7 @@ private:
     void unlink(next_operation* op) noexcept;
     void resume_with(next_operation* op, std::exception_ptr error) noexcept;
 
-    std::shared_ptr<cordma::event_listener> listener_;
+    std::shared_ptr<cordma::event_listener> event_listener_;
     const char* kind_;
     std::string call_;
     std::string source_;

@@ -114,7 +114,7 @@ void receive_queue::close() noexcept {
         return;
     auto state = std::move(state_);
     try {
-        state->on_listener_thread([state] { state->close(); });
+        state->on_event_listener_thread([state] { state->close(); });
     } catch (const std::exception& e) {
         detail::logf(log_level::error, "cordma: receive_queue on the connection to %s: closing: %s",
                      state->connection().peer().c_str(), e.what());
@@ -173,7 +173,7 @@ receive_queue::next_operation::~next_operation() {
         queue_->abandon(this);
     if (slot_ != nullptr) {
         try {
-            queue_->on_listener_thread([q = queue_, s = slot_] { q->put_back(s); });
+            queue_->on_event_listener_thread([q = queue_, s = slot_] { q->put_back(s); });
         } catch (...) {
         }
     }
@@ -191,11 +191,11 @@ bool receive_queue::next_operation::await_suspend(std::coroutine_handle<> h) {
         }
         cancel_callback_.emplace(token_, canceller{queue_, this, ticket_});
     }
-    const auto& listener = queue_->event_listener();
-    if (listener->running_in_this_thread())
+    const auto& el = queue_->event_listener();
+    if (el->running_in_this_thread())
         return queue_->wait(this);
     // Awaited on another thread: hop to the event listener once.
-    listener->post([q = queue_, op = this] {
+    el->post([q = queue_, op = this] {
         if (!q->wait(op))
             op->continuation_.resume();
     });
@@ -262,7 +262,7 @@ void received_message::release() noexcept {
     size_ = 0;
     imm_.reset();
     try {
-        queue->on_listener_thread([queue, slot] { queue->release(slot); });
+        queue->on_event_listener_thread([queue, slot] { queue->release(slot); });
     } catch (const std::exception& e) {
         detail::logf(log_level::error, "cordma: received_message::release: %s (the buffer is not posted again)",
                      e.what());

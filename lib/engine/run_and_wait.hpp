@@ -12,14 +12,14 @@
 namespace cordma::detail {
 
 template <class F>
-void run_and_wait(event_listener& listener, F&& fn) {
-    if (listener.running_in_this_thread()) {
+void run_and_wait(event_listener& el, F&& fn) {
+    if (el.running_in_this_thread()) {
         fn();
         return;
     }
     std::promise<void> ran;
     auto done = ran.get_future();
-    listener.post([&fn, &ran] {
+    el.post([&fn, &ran] {
         try {
             fn();
             ran.set_value();

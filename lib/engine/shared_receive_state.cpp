@@ -20,13 +20,13 @@
 
 namespace cordma::detail {
 
-shared_receive_state::shared_receive_state(std::shared_ptr<cordma::event_listener> listener,
+shared_receive_state::shared_receive_state(std::shared_ptr<cordma::event_listener> el,
                                            std::shared_ptr<protection_domain> pd, std::size_t count,
                                            std::size_t buffer_size)
-    : message_queue_state(listener, "shared_receive_queue",
+    : message_queue_state(el, "shared_receive_queue",
                           "the connections of a shared_receive_queue on " + pd->device()->name()),
       pd_(std::move(pd)), buffer_size_(buffer_size),
-      ends_(waiter_queue<ended_connection>::make(std::move(listener))) {
+      ends_(waiter_queue<ended_connection>::make(std::move(el))) {
     const std::string call = "shared_receive_queue(count=" + std::to_string(count) +
                              ", buffer_size=" + std::to_string(buffer_size) + ") on " + pd_->device()->name();
     const ibv_device_attr& attr = pd_->device()->attributes();

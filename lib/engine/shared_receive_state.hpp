@@ -32,7 +32,7 @@ public:
     /// Creates the SRQ on `pd` and registers `count` buffers of
     /// `buffer_size` bytes; open() posts them. Throws as
     /// shared_receive_queue's constructor says.
-    shared_receive_state(std::shared_ptr<cordma::event_listener> listener, std::shared_ptr<protection_domain> pd,
+    shared_receive_state(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<protection_domain> pd,
                          std::size_t count, std::size_t buffer_size);
     ~shared_receive_state() override;
 

@@ -43,8 +43,8 @@ class waiter_queue : public std::enable_shared_from_this<waiter_queue<T>> {
     awaiter wait_for(std::shared_ptr<waiter> w) { return {std::move(w), this}; }
 
 public:
-    static std::shared_ptr<waiter_queue> make(std::shared_ptr<event_listener> listener) {
-        return std::shared_ptr<waiter_queue>(new waiter_queue(std::move(listener)));
+    static std::shared_ptr<waiter_queue> make(std::shared_ptr<event_listener> el) {
+        return std::shared_ptr<waiter_queue>(new waiter_queue(std::move(el)));
     }
 
     /// Hands `value` to the longest-waiting waiter, or keeps it for the next.
@@ -123,7 +123,7 @@ public:
     }
 
 private:
-    explicit waiter_queue(std::shared_ptr<event_listener> listener) : event_listener_(std::move(listener)) {}
+    explicit waiter_queue(std::shared_ptr<event_listener> el) : event_listener_(std::move(el)) {}
 
     void cancel(const std::shared_ptr<waiter>& w) noexcept {
         if (w->done)

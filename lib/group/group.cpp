@@ -56,7 +56,7 @@ void check_options(const builder& b, const group_options& o) {
 /// own and resumes on the event listener thread when it returns.
 struct blocking_call {
     std::function<void()> fn;
-    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<event_listener> el;
     std::exception_ptr error;
     std::thread thread;
 
@@ -68,7 +68,7 @@ struct blocking_call {
             } catch (...) {
                 error = std::current_exception();
             }
-            listener->post([h] { h.resume(); });
+            el->post([h] { h.resume(); });
         });
     }
     void await_resume() {
@@ -78,8 +78,8 @@ struct blocking_call {
     }
 };
 
-blocking_call run_blocking(std::function<void()> fn, std::shared_ptr<event_listener> listener) {
-    return blocking_call{std::move(fn), std::move(listener), nullptr, {}};
+blocking_call run_blocking(std::function<void()> fn, std::shared_ptr<event_listener> el) {
+    return blocking_call{std::move(fn), std::move(el), nullptr, {}};
 }
 
 }  // namespace
@@ -87,7 +87,7 @@ blocking_call run_blocking(std::function<void()> fn, std::shared_ptr<event_liste
 task<group> group::form(builder b, group_options options) {
     check_options(b, options);
     auto deadline = clock::now() + options.formation_timeout;
-    auto listener_thread = b.event_listener();
+    auto el = b.event_listener();
     int rank = options.rank;
     std::vector<std::string> endpoints;
     cordma::listener incoming;
@@ -105,7 +105,7 @@ task<group> group::form(builder b, group_options options) {
         // in a co_await twice (this one owns a thread and a function).
         blocking_call exchange = run_blocking(
             [&endpoints, bootstrap, mine, deadline] { endpoints = bootstrap->exchange(mine, deadline); },
-            listener_thread);
+            el);
         co_await exchange;
         if (endpoints.size() != static_cast<std::size_t>(bootstrap->size()) || rank < 0 ||
             static_cast<std::size_t>(rank) >= endpoints.size())
@@ -115,8 +115,8 @@ task<group> group::form(builder b, group_options options) {
         endpoints = options.hosts;
         incoming = b.listen(endpoints[static_cast<std::size_t>(rank)]);
     }
-    if (!listener_thread->running_in_this_thread())
-        co_await listener_thread->schedule();
+    if (!el->running_in_this_thread())
+        co_await el->schedule();
     auto core = std::make_shared<group_core>(b, std::move(options), rank, std::move(endpoints));
     co_await detail::form_mesh(core, std::move(incoming), deadline);
     co_return group(core);

@@ -17,7 +17,7 @@ group_core::group_core(cordma::builder b, group_options options, int rank, std::
       options_(std::move(options)),
       rank_(rank),
       endpoints_(std::move(endpoints)),
-      listener_(builder_.event_listener()),
+      event_listener_(builder_.event_listener()),
       links_(endpoints_.size()) {}
 
 namespace {
@@ -81,8 +81,8 @@ void group_core::throw_failure() const {
 
 task<void> group_core::run(wire::collective op, group_call call, task<void> body) {
     auto self = shared_from_this();
-    if (!listener_->running_in_this_thread())
-        co_await listener_->schedule();
+    if (!event_listener_->running_in_this_thread())
+        co_await event_listener_->schedule();
     if (failure_)
         throw_failure();
     if (busy_)
@@ -144,7 +144,7 @@ void group_core::tick_at(std::chrono::steady_clock::time_point at) {
     next_tick_ = at;
     auto delay = std::max(at - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
     std::weak_ptr<group_core> weak = weak_from_this();
-    listener_->call_after(delay, [weak, at] {
+    event_listener_->call_after(delay, [weak, at] {
         auto self = weak.lock();
         if (!self || self->next_tick_ != at)
             return;  // superseded by an earlier tick, or the group is gone
@@ -188,8 +188,8 @@ local_slice group_core::scratch(std::size_t size) {
 
 task<void> group_core::close() {
     auto self = shared_from_this();
-    if (!listener_->running_in_this_thread())
-        co_await listener_->schedule();
+    if (!event_listener_->running_in_this_thread())
+        co_await event_listener_->schedule();
     // Frames this rank posted last (an eager send returns once copied) must
     // reach their peers before the connections go.
     for (auto& l : links_)

@@ -38,7 +38,7 @@ public:
     const std::string& endpoint(int r) const { return endpoints_.at(static_cast<std::size_t>(r)); }
     const group_options& options() const noexcept { return options_; }
     cordma::builder& builder() noexcept { return builder_; }
-    const std::shared_ptr<event_listener>& listener() const noexcept { return listener_; }
+    const std::shared_ptr<cordma::event_listener>& event_listener() const noexcept { return event_listener_; }
     /// "rank 2 (10.78.0.3:7600)".
     std::string rank_name(int r) const;
     peer_link& link(int r) const { return *links_.at(static_cast<std::size_t>(r)); }
@@ -116,7 +116,7 @@ private:
     group_options options_;
     int rank_;
     std::vector<std::string> endpoints_;
-    std::shared_ptr<event_listener> listener_;
+    std::shared_ptr<cordma::event_listener> event_listener_;
     std::vector<std::shared_ptr<peer_link>> links_;
     std::optional<group_error> failure_;
     current_call current_;

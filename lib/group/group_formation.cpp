@@ -200,7 +200,7 @@ task<void> form_mesh(std::shared_ptr<group_core> core, listener incoming, clock:
     f->core = core;
     f->deadline = deadline;
     std::stop_source deadline_stop;
-    auto timer = core->listener()->call_after(left_until(deadline), [deadline_stop, accept = f->accept_stop]() mutable {
+    auto timer = core->event_listener()->call_after(left_until(deadline), [deadline_stop, accept = f->accept_stop]() mutable {
         deadline_stop.request_stop();
         accept.request_stop();
     });

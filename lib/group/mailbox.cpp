@@ -14,10 +14,10 @@ namespace cordma::detail {
 
 namespace wire = link_wire;
 
-mailbox::mailbox(std::weak_ptr<group_core> core, std::shared_ptr<event_listener> listener, int size,
+mailbox::mailbox(std::weak_ptr<group_core> core, std::shared_ptr<event_listener> el, int size,
                  std::uint32_t copy_budget)
     : core_(std::move(core)),
-      listener_(std::move(listener)),
+      event_listener_(std::move(el)),
       copy_budget_(copy_budget),
       copied_(static_cast<std::size_t>(size)),
       gone_(static_cast<std::size_t>(size)),
@@ -135,7 +135,7 @@ task<mailbox::entry> mailbox::take(int source, std::uint32_t tag, std::size_t ro
     std::optional<std::stop_callback<std::function<void()>>> on_stop;
     if (token.stop_possible())
         on_stop.emplace(token, [self, w] {
-            self->listener_->post([self, w] {
+            self->event_listener_->post([self, w] {
                 if (w->done)
                     return;
                 std::erase(self->posted_, w);
@@ -165,7 +165,7 @@ task<void> mailbox::wait_fin(std::shared_ptr<fin_wait> w, std::stop_token token)
     std::optional<std::stop_callback<std::function<void()>>> on_stop;
     if (!w->done && token.stop_possible())
         on_stop.emplace(token, [self, w] {
-            self->listener_->post([self, w] {
+            self->event_listener_->post([self, w] {
                 if (w->done)
                     return;
                 std::erase(self->fins_, w);

@@ -51,7 +51,7 @@ public:
         std::vector<std::byte> bytes;
     };
 
-    mailbox(std::weak_ptr<group_core> core, std::shared_ptr<event_listener> listener, int size,
+    mailbox(std::weak_ptr<group_core> core, std::shared_ptr<event_listener> el, int size,
             std::uint32_t copy_budget);
 
     void arrived(peer_link& from, inbound_frame frame) override;
@@ -128,7 +128,7 @@ private:
     void source_gone(int source);
 
     std::weak_ptr<group_core> core_;
-    std::shared_ptr<event_listener> listener_;
+    std::shared_ptr<cordma::event_listener> event_listener_;
     std::uint32_t copy_budget_;
     std::deque<std::shared_ptr<waiter>> posted_;   // recvs waiting, oldest first
     std::deque<entry> kept_;                       // frames nobody asked for yet, oldest first

@@ -83,14 +83,14 @@ void group_core::throw_stopped(const p2p_scope& scope, const std::string& what) 
 
 mailbox& group_core::mail() {
     if (!mailbox_)
-        mailbox_ = std::make_shared<mailbox>(weak_from_this(), listener_, size(), options_.window);
+        mailbox_ = std::make_shared<mailbox>(weak_from_this(), event_listener_, size(), options_.window);
     return *mailbox_;
 }
 
 task<void> group_core::send_message(int dest, local_slice payload, std::uint32_t tag, group_call call) {
     auto self = shared_from_this();
-    if (!listener_->running_in_this_thread())
-        co_await listener_->schedule();
+    if (!event_listener_->running_in_this_thread())
+        co_await event_listener_->schedule();
     if (failure_)
         throw_failure();
     p2p_scope scope(*this, call);
@@ -138,8 +138,8 @@ task<void> group_core::send_message(int dest, local_slice payload, std::uint32_t
 
 task<message_info> group_core::recv_message(int source, local_slice into, std::uint32_t tag, group_call call) {
     auto self = shared_from_this();
-    if (!listener_->running_in_this_thread())
-        co_await listener_->schedule();
+    if (!event_listener_->running_in_this_thread())
+        co_await event_listener_->schedule();
     if (failure_)
         throw_failure();
     p2p_scope scope(*this, call);

@@ -35,7 +35,7 @@ peer_link::peer_link(std::weak_ptr<link_owner> core, int rank, std::string name,
       module_(module_of(core_)),
       receive_call_(module_ + " receive"),
       send_call_(module_ + " send"),
-      listener_(conn.event_listener()),
+      event_listener_(conn.event_listener()),
       rank_(rank),
       name_(std::move(name)),
       conn_(std::move(conn)),
@@ -46,11 +46,11 @@ peer_link::peer_link(std::weak_ptr<link_owner> core, int rank, std::string name,
       receive_eager_(receive_eager),
       slots_(std::move(slots)),
       slot_size_(frame_size(eager_size)),
-      slot_freed_(waiter_queue<bool>::make(listener_)),
-      credits_(waiter_queue<bool>::make(listener_)),
-      inbox_(waiter_queue<inbound_frame>::make(listener_)),
-      fins_(waiter_queue<wire::header>::make(listener_)),
-      idle_(waiter_queue<bool>::make(listener_)) {
+      slot_freed_(waiter_queue<bool>::make(event_listener_)),
+      credits_(waiter_queue<bool>::make(event_listener_)),
+      inbox_(waiter_queue<inbound_frame>::make(event_listener_)),
+      fins_(waiter_queue<wire::header>::make(event_listener_)),
+      idle_(waiter_queue<bool>::make(event_listener_)) {
     std::size_t count = slots_.size() / slot_size_;
     free_slots_.reserve(count);
     for (std::size_t i = count; i-- > 0;)
@@ -133,7 +133,7 @@ void peer_link::send_failed(const std::string& why) {
     // the dispatcher ends (every receive flushed) or, since rxe may flush
     // late, for a grace period.
     std::weak_ptr<peer_link> weak = weak_from_this();
-    listener_->call_after(lost_grace, [weak] {
+    event_listener_->call_after(lost_grace, [weak] {
         if (auto self = weak.lock())
             self->inbox_->close_keeping_values();
     });
@@ -529,7 +529,7 @@ void peer_link::close_soon() {
     spawn_detached(
         [](std::shared_ptr<peer_link> self) -> task<void> {
             std::stop_source stop;
-            auto timer = self->listener_->call_after(std::chrono::seconds(2), [stop]() mutable { stop.request_stop(); });
+            auto timer = self->event_listener_->call_after(std::chrono::seconds(2), [stop]() mutable { stop.request_stop(); });
             if (!self->lost_ && !self->conn_.is_broken()) {
                 try {
                     std::stop_token token = stop.get_token();

@@ -260,7 +260,7 @@ private:
     std::string receive_call_;       // "group receive"
     std::string send_call_;          // "group send"
     std::shared_ptr<message_sink> sink_;
-    std::shared_ptr<event_listener> listener_;
+    std::shared_ptr<cordma::event_listener> event_listener_;
     int rank_;
     std::string name_;
     cordma::connection conn_;

@@ -112,7 +112,7 @@ public:
     const std::string& peer() const noexcept { return peer_; }
     std::uint32_t credits() const noexcept { return credits_; }
     const cordma::connection& connection() const noexcept { return conn_; }
-    const std::shared_ptr<event_listener>& listener() const noexcept { return listener_; }
+    const std::shared_ptr<cordma::event_listener>& event_listener() const noexcept { return event_listener_; }
 
 private:
     task<void> read_loop();
@@ -138,7 +138,7 @@ private:
     client_options options_;
     cordma::connection conn_;
     std::string peer_;
-    std::shared_ptr<event_listener> listener_;
+    std::shared_ptr<cordma::event_listener> event_listener_;
     std::optional<receive_queue> receives_;
     cordma::detail::frame_buffers buffers_;
     std::uint32_t credits_ = 0;    // what the server grants (its hello, or its first credit frame)
@@ -155,7 +155,7 @@ private:
     std::unordered_map<std::uint64_t, local_mr> orphans_;
     std::optional<std::pair<rpc_errc, std::string>> broken_;
     bool liveness_running_ = false;
-    std::shared_ptr<event_listener::timer> deadline_timer_;
+    std::shared_ptr<cordma::event_listener::timer> deadline_timer_;
     coarse_clock::time_point armed_for_ = coarse_clock::time_point::max();
 };
 
@@ -164,7 +164,7 @@ client_state::client_state(builder b, client_options options, cordma::connection
       options_(options),
       conn_(std::move(conn)),
       peer_(conn_.peer()),
-      listener_(conn_.event_listener()),
+      event_listener_(conn_.event_listener()),
       buffers_(builder_.pool()),
       credits_(hello.credits),
       available_((hello.code >> 16) & wire::hello_deferred_credits ? 0 : hello.credits),
@@ -338,7 +338,7 @@ void client_state::watch_deadline(coarse_clock::time_point when) {
     armed_for_ = when;
     std::weak_ptr<client_state> weak = weak_from_this();
     auto delay = std::max<std::chrono::nanoseconds>(when - coarse_clock::now(), std::chrono::nanoseconds(0));
-    deadline_timer_ = listener_->call_after(delay, [weak] {
+    deadline_timer_ = event_listener_->call_after(delay, [weak] {
         if (auto s = weak.lock())
             s->on_deadline();
     });
@@ -386,7 +386,7 @@ void client_state::shut_down(rpc_errc why, const std::string& message) noexcept 
     conn_.shut_down();
     std::weak_ptr<client_state> weak = weak_from_this();
     try {
-        listener_->post([weak, why, message] {
+        event_listener_->post([weak, why, message] {
             if (auto self = weak.lock())
                 self->broken(why, message);
         });
@@ -396,8 +396,8 @@ void client_state::shut_down(rpc_errc why, const std::string& message) noexcept 
 
 task<void> client_state::close() {
     auto self = shared_from_this();
-    if (!listener_->running_in_this_thread())
-        co_await listener_->schedule();
+    if (!event_listener_->running_in_this_thread())
+        co_await event_listener_->schedule();
     broken(rpc_errc::cancelled, "the client was closed");
     co_await conn_.close();
 }
@@ -406,7 +406,7 @@ task<void> client_state::liveness_loop() {
     auto self = shared_from_this();
     liveness_running_ = true;
     while (!calls_.empty() && !broken_) {
-        co_await cordma::detail::after(*listener_, liveness_interval);
+        co_await cordma::detail::after(*event_listener_, liveness_interval);
         if (calls_.empty() || broken_)
             break;
         // The read is answered by the server's device, not its process: it
@@ -416,7 +416,7 @@ task<void> client_state::liveness_loop() {
         // nothing while it waits has no retries running at all.
         std::string error;
         std::stop_source give_up;
-        auto limit = listener_->call_after(liveness_timeout, [give_up]() mutable { give_up.request_stop(); });
+        auto limit = event_listener_->call_after(liveness_timeout, [give_up]() mutable { give_up.request_stop(); });
         try {
             co_await conn_.read(liveness_local_.all(), liveness_word_, give_up.get_token());
         } catch (const operation_cancelled&) {
@@ -438,8 +438,8 @@ task<void> client_state::liveness_loop() {
 task<std::vector<std::byte>> client_state::call(std::uint32_t method, std::span<const std::byte> request,
                                                  call_options o) {
     auto self = shared_from_this();
-    if (!listener_->running_in_this_thread())
-        co_await listener_->schedule();
+    if (!event_listener_->running_in_this_thread())
+        co_await event_listener_->schedule();
     pending_call c;
     c.id = next_id_++;
     c.method = method;
@@ -471,9 +471,9 @@ task<std::vector<std::byte>> client_state::call(std::uint32_t method, std::span<
     std::uint64_t id = c.id;
     std::optional<std::stop_callback<std::function<void()>>> on_stop;
     if (o.token.stop_possible()) {
-        auto listener = listener_;
-        on_stop.emplace(o.token, std::function<void()>([weak, id, listener] {
-                            listener->post([weak, id] {
+        auto el = event_listener_;
+        on_stop.emplace(o.token, std::function<void()>([weak, id, el] {
+                            el->post([weak, id] {
                                 if (auto s = weak.lock())
                                     s->fail(id, rpc_errc::cancelled, "cancelled through its stop token");
                             });
@@ -612,7 +612,7 @@ task<std::vector<std::byte>> client::call(std::uint32_t method, std::span<const 
 std::vector<std::byte> client::call_sync(std::uint32_t method, std::span<const std::byte> request,
                                          call_options options) {
     auto& state = checked("call_sync");
-    if (state.listener()->running_in_this_thread())
+    if (state.event_listener()->running_in_this_thread())
         throw std::logic_error("cordma::rpc::client::call_sync on the event listener thread would wait for "
                                "itself: co_await call() there");
     return sync_wait(call(method, request, std::move(options)));

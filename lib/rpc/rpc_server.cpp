@@ -108,7 +108,7 @@ private:
 
     builder builder_;
     server_options options_;
-    std::shared_ptr<event_listener> listener_;
+    std::shared_ptr<cordma::event_listener> event_listener_;
     std::shared_ptr<protection_domain> pd_;
     cordma::shared_receive_queue srq_;
     std::unique_ptr<std::byte[]> heartbeat_memory_;
@@ -152,7 +152,7 @@ void check_options(const server_options& o) {
 }  // namespace
 
 server_state::server_state(builder& b, server_options options)
-    : builder_(b), options_(std::move(options)), listener_(b.event_listener()), pd_(b.pd()), buffers_(b.pool()) {
+    : builder_(b), options_(std::move(options)), event_listener_(b.event_listener()), pd_(b.pd()), buffers_(b.pool()) {
     check_options(options_);
     bool srq = options_.shared_receives && cordma::shared_receive_queue::supported(b);
     if (options_.shared_receives && !srq)
@@ -192,7 +192,7 @@ void server_state::handle(std::uint32_t method, std::string name, handler h) {
     if (!h)
         throw std::invalid_argument("cordma::rpc::server::handle(" + std::to_string(method) + ", \"" + name +
                                     "\"): the handler is empty");
-    cordma::detail::run_and_wait(*listener_, [&] {
+    cordma::detail::run_and_wait(*event_listener_, [&] {
         auto [it, added] = handlers_.try_emplace(method, std::move(name), std::move(h));
         if (!added)
             throw std::invalid_argument("cordma::rpc::server::handle(" + std::to_string(method) +
@@ -203,7 +203,7 @@ void server_state::handle(std::uint32_t method, std::string name, handler h) {
 void server_state::handle_any(std::string name, handler h) {
     if (!h)
         throw std::invalid_argument("cordma::rpc::server::handle_any(\"" + name + "\"): the handler is empty");
-    cordma::detail::run_and_wait(*listener_, [&] {
+    cordma::detail::run_and_wait(*event_listener_, [&] {
         if (any_)
             throw std::invalid_argument("cordma::rpc::server::handle_any: registered already, as \"" + any_->first +
                                         "\"");
@@ -484,8 +484,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
             message = "method " + std::to_string(h.code) + " (" + entry->first +
                       ") failed: it threw something not derived from std::exception";
         }
-        if (hopped || !listener_->running_in_this_thread())
-            co_await listener_->schedule();
+        if (hopped || !event_listener_->running_in_this_thread())
+            co_await event_listener_->schedule();
     }
     m.release();
     large_mr = {};
@@ -588,8 +588,8 @@ task<void> server_state::serve(listener l, std::stop_token token) {
                                    "every rpc client: make the rpc::server first, then listen on the builder given "
                                    "to it (rpc::blocking_server does both, in that order)");
     }
-    if (!listener_->running_in_this_thread())
-        co_await listener_->schedule();
+    if (!event_listener_->running_in_this_thread())
+        co_await event_listener_->schedule();
     start_loops();
     if (shut_)
         co_return;
@@ -629,7 +629,7 @@ task<void> server_state::serve(listener l, std::stop_token token) {
 
 void server_state::shut_down() noexcept {
     try {
-        cordma::detail::run_and_wait(*listener_, [this] {
+        cordma::detail::run_and_wait(*event_listener_, [this] {
             shut_ = true;
             auto sessions = std::move(sessions_);
             for (auto& [qp, s] : sessions) {
@@ -650,13 +650,13 @@ void server_state::shut_down() noexcept {
 
 std::size_t server_state::clients() const {
     std::size_t n = 0;
-    cordma::detail::run_and_wait(*listener_, [&] { n = sessions_.size(); });
+    cordma::detail::run_and_wait(*event_listener_, [&] { n = sessions_.size(); });
     return n;
 }
 
 std::vector<cordma::connection> server_state::connections() const {
     std::vector<cordma::connection> out;
-    cordma::detail::run_and_wait(*listener_, [&] {
+    cordma::detail::run_and_wait(*event_listener_, [&] {
         for (const auto& [qp, s] : sessions_)
             out.push_back(s->conn);
     });

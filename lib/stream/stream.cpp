@@ -197,9 +197,9 @@ task<stream> stream_listener::accept(std::stop_token token) {
     std::shared_ptr<detail::stream_accepts> a = accepts_;
     if (!a)
         throw std::logic_error("cordma::stream_listener::accept on an empty stream_listener");
-    auto listener_thread = a->b.event_listener();
-    if (!listener_thread->running_in_this_thread())
-        co_await listener_thread->schedule();
+    auto el = a->b.event_listener();
+    if (!el->running_in_this_thread())
+        co_await el->schedule();
     if (!a->taking) {
         a->taking = true;
         spawn_detached(detail::take_clients(a, a->l, a->b, a->options), [](std::exception_ptr) {});

@@ -56,8 +56,8 @@ stream_state::stream_state(cordma::builder b, stream_options options, cordma::co
       options_(options),
       conn_(std::move(conn)),
       peer_(conn_.peer()),
-      listener_(conn_.event_listener()),
-      flushed_(waiter_queue<bool>::make(listener_)) {}
+      event_listener_(conn_.event_listener()),
+      flushed_(waiter_queue<bool>::make(event_listener_)) {}
 
 void stream_state::fail(std::errc code, const std::string& why, int, bool tell_peers) {
     if (failure_)
@@ -104,8 +104,8 @@ void stream_state::throw_closed(const char* call) const {
 }
 
 task<void> stream_state::on_listener() {
-    if (!listener_->running_in_this_thread())
-        co_await listener_->schedule();
+    if (!event_listener_->running_in_this_thread())
+        co_await event_listener_->schedule();
 }
 
 void stream_state::keepalive_start() {
@@ -113,7 +113,7 @@ void stream_state::keepalive_start() {
         return;
     last_tick_ = clock::now();
     std::weak_ptr<stream_state> weak = shared_from_this();
-    tick_ = listener_->call_after(tick_interval, [weak] {
+    tick_ = event_listener_->call_after(tick_interval, [weak] {
         if (auto s = weak.lock())
             s->tick();
     });
@@ -131,7 +131,7 @@ void stream_state::tick() {
     last_tick_ = now;
     link_->probe(now, options_.peer_timeout);
     std::weak_ptr<stream_state> weak = shared_from_this();
-    tick_ = listener_->call_after(tick_interval, [weak] {
+    tick_ = event_listener_->call_after(tick_interval, [weak] {
         if (auto s = weak.lock())
             s->tick();
     });
@@ -370,7 +370,7 @@ task<void> stream_state::close() {
     closing_ = true;
     // Bounded: a peer that stops reading cannot hold close() forever.
     std::stop_source stop;
-    auto timer = listener_->call_after(options_.peer_timeout, [stop]() mutable { stop.request_stop(); });
+    auto timer = event_listener_->call_after(options_.peer_timeout, [stop]() mutable { stop.request_stop(); });
     std::stop_token token = stop.get_token();
     // A peer already gone gets no end of stream (sending it would only
     // find the link gone, and fail the stream to say so).

@@ -75,7 +75,7 @@ private:
     stream_options options_;
     cordma::connection conn_;
     std::string peer_;
-    std::shared_ptr<event_listener> listener_;
+    std::shared_ptr<cordma::event_listener> event_listener_;
     std::shared_ptr<peer_link> link_;
 
     std::optional<inbound_frame> current_;  // the frame being read

@@ -10,7 +10,7 @@
 #include "connect/rdma_cm/cm_handshake.hpp"
 #include "engine/connection_state.hpp"
 #include "engine/event_listener_access.hpp"
-#include "engine/listener_owned.hpp"
+#include "engine/event_listener_owned.hpp"
 #include "verbs/check.hpp"
 #include "log/logf.hpp"
 
@@ -64,8 +64,8 @@ cm_acceptor::~cm_acceptor() {
 
 std::shared_ptr<cm_acceptor> cm_acceptor::make(std::shared_ptr<runtime> rt, connection_settings settings,
                                                const socket_address& where) {
-    auto listener = rt->event_listener;
-    auto self = owned_by_listener_thread(std::move(listener), new cm_acceptor(std::move(rt), std::move(settings), where));
+    auto el = rt->event_listener;
+    auto self = owned_by_event_listener_thread(std::move(el), new cm_acceptor(std::move(rt), std::move(settings), where));
     self->self_ = self;
     return self;
 }

@@ -4,7 +4,7 @@
 
 #include "verbs/check.hpp"
 #include "engine/event_listener_access.hpp"
-#include "engine/listener_owned.hpp"
+#include "engine/event_listener_owned.hpp"
 #include "engine/connection_state.hpp"
 #include "connect/runtime.hpp"
 
@@ -35,9 +35,9 @@ cm_id::~cm_id() {
 }
 
 std::shared_ptr<cm_id> cm_id::make(std::shared_ptr<runtime> rt, rdma_cm_id* id, std::string peer) {
-    auto listener = rt->event_listener;
+    auto el = rt->event_listener;
     cm_id* raw = id != nullptr ? new cm_id(std::move(rt), id, std::move(peer)) : new cm_id(std::move(rt), std::move(peer));
-    return owned_by_listener_thread(std::move(listener), raw);
+    return owned_by_event_listener_thread(std::move(el), raw);
 }
 
 void cm_id::dispatch(cm_target* self, const cm_event_copy& event) noexcept {

@@ -19,7 +19,7 @@
 #include "connect/tcp/tcp_channel.hpp"
 #include "connect/tcp/tcp_handshake.hpp"
 #include "connect/tcp/tcp_io.hpp"
-#include "engine/listener_owned.hpp"
+#include "engine/event_listener_owned.hpp"
 #include "log/logf.hpp"
 
 namespace cordma::detail {
@@ -42,12 +42,12 @@ void accept_io::close() noexcept {
 
 std::shared_ptr<tcp_acceptor> tcp_acceptor::make(std::shared_ptr<runtime> rt, connection_settings settings,
                                                  const socket_address& where) {
-    auto listener = rt->event_listener;
+    auto el = rt->event_listener;
     std::shared_ptr<tcp_acceptor> self =
-        owned_by_listener_thread(std::move(listener), new tcp_acceptor(std::move(rt), std::move(settings), where));
+        owned_by_event_listener_thread(std::move(el), new tcp_acceptor(std::move(rt), std::move(settings), where));
     asio::post(self->service_->context(),
-               [io = self->io_, listener = self->rt_->event_listener.get(), owner = self->weak_from_this()] {
-                   accept_next(io, listener, owner);
+               [io = self->io_, el = self->rt_->event_listener.get(), owner = self->weak_from_this()] {
+                   accept_next(io, el, owner);
                });
     return self;
 }
@@ -124,10 +124,10 @@ tcp_acceptor::tcp_acceptor(std::shared_ptr<runtime> rt, connection_settings sett
         qp_options(settings_, *rt_->event_listener->device(), where.get(), 0, qp_role::data);
 }
 
-void tcp_acceptor::accept_next(std::shared_ptr<accept_io> io, event_listener* listener,
+void tcp_acceptor::accept_next(std::shared_ptr<accept_io> io, event_listener* el,
                                std::weak_ptr<tcp_acceptor> owner) {
     auto* raw = io.get();
-    raw->acceptor.async_accept([io = std::move(io), listener, owner](const asio::error_code& ec,
+    raw->acceptor.async_accept([io = std::move(io), el, owner](const asio::error_code& ec,
                                                                      tcp::socket socket) mutable {
         if (ec == asio::error::operation_aborted || !io->acceptor.is_open())
             return;
@@ -136,9 +136,9 @@ void tcp_acceptor::accept_next(std::shared_ptr<accept_io> io, event_listener* li
             // shortly rather than spin.
             io->retry.expires_after(std::chrono::milliseconds(100));
             auto* again = io.get();
-            again->retry.async_wait([io = std::move(io), listener, owner](const asio::error_code& wait_ec) {
+            again->retry.async_wait([io = std::move(io), el, owner](const asio::error_code& wait_ec) {
                 if (!wait_ec)
-                    accept_next(io, listener, owner);
+                    accept_next(io, el, owner);
             });
             return;
         }
@@ -151,11 +151,11 @@ void tcp_acceptor::accept_next(std::shared_ptr<accept_io> io, event_listener* li
         client->peer = endpoint_string(socket.remote_endpoint(ignored));
         client->fd = socket.release(ignored);
         if (client->fd >= 0)
-            listener->post([owner, client] {
+            el->post([owner, client] {
                 if (auto self = owner.lock())
                     self->on_accepted(client);
             });
-        accept_next(std::move(io), listener, std::move(owner));
+        accept_next(std::move(io), el, std::move(owner));
     });
 }
 

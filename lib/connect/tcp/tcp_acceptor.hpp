@@ -77,7 +77,7 @@ private:
 
     /// Io thread. One accept pending while the acceptor is open; each client
     /// goes to the event listener thread as a descriptor.
-    static void accept_next(std::shared_ptr<accept_io> io, event_listener* listener, std::weak_ptr<tcp_acceptor> owner);
+    static void accept_next(std::shared_ptr<accept_io> io, event_listener* el, std::weak_ptr<tcp_acceptor> owner);
 
     /// Event listener thread.
     void on_accepted(std::shared_ptr<accepted_client> client);

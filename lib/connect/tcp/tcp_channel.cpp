@@ -6,14 +6,14 @@
 #include <asio/post.hpp>
 
 #include "engine/connection_state.hpp"
-#include "engine/listener_owned.hpp"
+#include "engine/event_listener_owned.hpp"
 
 namespace cordma::detail {
 
 std::shared_ptr<tcp_channel> tcp_channel::make(std::shared_ptr<runtime> rt, std::shared_ptr<tcp_io> io,
                                                std::string peer) {
-    auto listener = rt->event_listener;
-    return owned_by_listener_thread(std::move(listener),
+    auto el = rt->event_listener;
+    return owned_by_event_listener_thread(std::move(el),
                                     new tcp_channel(std::move(rt), std::move(io), std::move(peer)));
 }
 
@@ -41,18 +41,18 @@ task<void> tcp_channel::close() {
 void tcp_channel::attach(std::weak_ptr<connection_state> state) {
     state_ = std::move(state);
     asio::post(service_->context(),
-               [io = io_, listener = rt_->event_listener.get(), self = weak_from_this()] { watch(io, listener, self); });
+               [io = io_, el = rt_->event_listener.get(), self = weak_from_this()] { watch(io, el, self); });
 }
 
-void tcp_channel::watch(std::shared_ptr<tcp_io> io, event_listener* listener, std::weak_ptr<tcp_channel> self) {
+void tcp_channel::watch(std::shared_ptr<tcp_io> io, event_listener* el, std::weak_ptr<tcp_channel> self) {
     auto* raw = io.get();
-    raw->socket.async_read_some(asio::buffer(&raw->stray, 1), [io = std::move(io), listener, self](
+    raw->socket.async_read_some(asio::buffer(&raw->stray, 1), [io = std::move(io), el, self](
                                                                   const asio::error_code& ec, std::size_t) {
         if (!ec) {
-            watch(io, listener, self);
+            watch(io, el, self);
             return;
         }
-        listener->post([self] {
+        el->post([self] {
             if (auto channel = self.lock())
                 channel->peer_gone();
         });

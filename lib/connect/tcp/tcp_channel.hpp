@@ -45,7 +45,7 @@ private:
 
     /// Io thread. Keeps one read pending for as long as the socket is open.
     /// Nothing is sent after "ready"; a stray byte is ignored.
-    static void watch(std::shared_ptr<tcp_io> io, event_listener* listener, std::weak_ptr<tcp_channel> self);
+    static void watch(std::shared_ptr<tcp_io> io, event_listener* el, std::weak_ptr<tcp_channel> self);
 
     /// Event listener thread.
     void peer_gone() noexcept;

@@ -22,9 +22,9 @@ namespace cordma::detail {
 task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
                                     std::shared_ptr<tcp_channel> channel, std::string peer, std::string who) {
     tcp_service& service = channel->service();
-    event_listener& listener = *rt->event_listener;
+    event_listener& el = *rt->event_listener;
     std::shared_ptr<tcp_io> io = channel->io();
-    const auto& device = listener.device();
+    const auto& device = el.device();
     std::chrono::milliseconds limit = settings.connect_timeout;
 
     qp_connect_options options = qp_options(settings, *device, io->local.get(), 0, qp_role::data);
@@ -39,7 +39,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
     }
     io->sent = encode_endpoint_message(ours);
 
-    check(co_await on_io(service, listener, io,
+    check(co_await on_io(service, el, io,
                          [](const std::shared_ptr<tcp_io>& io, io_done done) {
                              // Without an agent the private data follows the message at once.
                              std::array<asio::const_buffer, 2> buffers{asio::buffer(io->sent),
@@ -47,7 +47,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
                              asio::async_write(io->socket, buffers, std::move(done));
                          }),
           who, limit, "sending our endpoint");
-    check(co_await on_io(service, listener, io,
+    check(co_await on_io(service, el, io,
                          [](const std::shared_ptr<tcp_io>& io, io_done done) {
                              asio::async_read(io->socket, asio::buffer(io->received), std::move(done));
                          }),
@@ -78,12 +78,12 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
         // receive queue.
         control_qp = rt->create_qp(control_capacity);
         io->sent = encode_endpoint_message({control_qp->local_endpoint(options.port, options.gid_index), mtu});
-        check(co_await on_io(service, listener, io,
+        check(co_await on_io(service, el, io,
                              [](const std::shared_ptr<tcp_io>& io, io_done done) {
                                  asio::async_write(io->socket, asio::buffer(io->sent), std::move(done));
                              }),
               who, limit, "sending our agent endpoint");
-        check(co_await on_io(service, listener, io,
+        check(co_await on_io(service, el, io,
                              [](const std::shared_ptr<tcp_io>& io, io_done done) {
                                  asio::async_read(io->socket, asio::buffer(io->received), std::move(done));
                              }),
@@ -99,7 +99,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
         control_qp->connect(remote_control.endpoint, control_options);
     } else {
         io->private_received.resize(remote.private_data_length);
-        check(co_await on_io(service, listener, io,
+        check(co_await on_io(service, el, io,
                              [](const std::shared_ptr<tcp_io>& io, io_done done) {
                                  asio::async_read(io->socket, asio::buffer(io->private_received), std::move(done));
                              }),
@@ -108,12 +108,12 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
     options.mtu = std::min(mtu, remote.mtu);
     qp->connect(remote.endpoint, options);
 
-    check(co_await on_io(service, listener, io,
+    check(co_await on_io(service, el, io,
                          [](const std::shared_ptr<tcp_io>& io, io_done done) {
                              asio::async_write(io->socket, asio::buffer(&io->ready_sent, 1), std::move(done));
                          }),
           who, limit, "telling the peer we are ready");
-    check(co_await on_io(service, listener, io,
+    check(co_await on_io(service, el, io,
                          [](const std::shared_ptr<tcp_io>& io, io_done done) {
                              asio::async_read(io->socket, asio::buffer(&io->ready_received, 1),
                                               [io, done = std::move(done)](const asio::error_code& ec, std::size_t n) {

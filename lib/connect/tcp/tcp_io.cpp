@@ -66,7 +66,7 @@ void start_deadline(tcp_service& service, std::shared_ptr<tcp_io> io, std::chron
 
 void io_done::operator()(const asio::error_code& ec, std::size_t bytes) const {
     wait->result = {ec, bytes, io->timed_out};
-    listener->post([wait = wait] {
+    el->post([wait = wait] {
         if (!wait->abandoned.load(std::memory_order_acquire))
             wait->handle.resume();
     });

@@ -113,7 +113,7 @@ struct io_wait {
 /// The completion handler on_io gives an Asio operation: records the result
 /// on the io thread and resumes the coroutine on the event listener thread.
 struct io_done {
-    event_listener* listener;
+    event_listener* el;
     std::shared_ptr<tcp_io> io;
     std::shared_ptr<io_wait> wait;
 
@@ -127,13 +127,13 @@ struct io_done {
 template <class Start>
 struct [[nodiscard]] io_awaiter {
     tcp_service* service;
-    event_listener* listener;
+    event_listener* el;
     std::shared_ptr<tcp_io> io;
     Start start;
     std::shared_ptr<io_wait> wait = std::make_shared<io_wait>();
 
     io_awaiter(tcp_service* s, event_listener* l, std::shared_ptr<tcp_io> i, Start st)
-        : service(s), listener(l), io(std::move(i)), start(std::move(st)) {}
+        : service(s), el(l), io(std::move(i)), start(std::move(st)) {}
     io_awaiter(const io_awaiter&) = delete;
     io_awaiter& operator=(const io_awaiter&) = delete;
     ~io_awaiter() { wait->abandoned.store(true, std::memory_order_release); }
@@ -143,7 +143,7 @@ struct [[nodiscard]] io_awaiter {
         wait->handle = h;
         // The completion is posted back, so it never resumes h before this
         // returns (we are on the event listener thread ourselves).
-        asio::post(service->context(), [start = std::move(start), done = io_done{listener, io, wait}]() mutable {
+        asio::post(service->context(), [start = std::move(start), done = io_done{el, io, wait}]() mutable {
             auto io = done.io;
             start(io, std::move(done));
         });
@@ -152,8 +152,8 @@ struct [[nodiscard]] io_awaiter {
 };
 
 template <class Start>
-io_awaiter<Start> on_io(tcp_service& service, event_listener& listener, std::shared_ptr<tcp_io> io, Start start) {
-    return io_awaiter<Start>(&service, &listener, std::move(io), std::move(start));
+io_awaiter<Start> on_io(tcp_service& service, event_listener& el, std::shared_ptr<tcp_io> io, Start start) {
+    return io_awaiter<Start>(&service, &el, std::move(io), std::move(start));
 }
 
 /// A handshake failure caused by the peer or the network (as opposed to a

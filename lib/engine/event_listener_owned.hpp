@@ -15,12 +15,12 @@ namespace cordma::detail {
 /// otherwise through listener->post. The deleter holds `listener`, so the
 /// thread outlives the object.
 template <class T>
-std::shared_ptr<T> owned_by_listener_thread(std::shared_ptr<event_listener> listener, T* object) {
-    return std::shared_ptr<T>(object, [listener = std::move(listener)](T* p) {
-        if (listener->running_in_this_thread())
+std::shared_ptr<T> owned_by_event_listener_thread(std::shared_ptr<event_listener> el, T* object) {
+    return std::shared_ptr<T>(object, [el = std::move(el)](T* p) {
+        if (el->running_in_this_thread())
             delete p;
         else
-            listener->post([p] { delete p; });
+            el->post([p] { delete p; });
     });
 }
 
