@@ -1,0 +1,183 @@
+// peer_link, sending: credits, send slots, inline data frames, rts frames
+// (the peer reads the payload and answers with a fin) and control frames.
+#include "link/peer_link.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+#include <cordma/error.hpp>
+#include <cordma/task_group.hpp>
+
+namespace cordma::detail {
+
+namespace wire = link_wire;
+
+task<std::size_t> peer_link::wait_slot(std::stop_token token) {
+    auto self = shared_from_this();
+    while (free_slots_.empty() || !pending_control_.empty()) {
+        ++slot_waiters_;
+        std::optional<bool> freed;
+        std::exception_ptr error;
+        try {
+            freed = co_await slot_freed_->pop(token, send_call_, name_);
+        } catch (...) {
+            error = std::current_exception();
+        }
+        --slot_waiters_;
+        if (error)
+            std::rethrow_exception(error);
+        if (!freed)
+            link_gone();
+    }
+    co_return take_slot();
+}
+
+std::size_t peer_link::take_slot() {
+    if (free_slots_.empty())
+        throw std::logic_error("cordma: " + name_ + ": no send slot free (internal error)");
+    std::size_t s = free_slots_.back();
+    free_slots_.pop_back();
+    return s;
+}
+
+void peer_link::post_slot(std::size_t slot, std::size_t length) {
+    ++in_flight_;
+    spawn_detached(
+        [](std::shared_ptr<peer_link> self, std::size_t slot, std::size_t length) -> task<void> {
+            std::exception_ptr error;
+            try {
+                co_await self->conn_.send(self->slots_.slice(slot * self->slot_size_, length));
+            } catch (...) {
+                error = std::current_exception();
+            }
+            self->slot_done(slot);
+            // A failed send means the connection broke. The receives may
+            // not flush at once (rxe flushes them only when its responder
+            // next runs), so do not wait for the dispatcher to see it
+            // (send_failed: sends fail now, takes after a grace period).
+            if (error) {
+                try {
+                    std::rethrow_exception(error);
+                } catch (const std::exception& e) {
+                    self->send_failed(e.what());
+                }
+            }
+            if (--self->in_flight_ == 0 && self->drain_waiting_) {
+                self->drain_waiting_ = false;
+                self->idle_->push(true);
+            }
+        }(shared_from_this(), slot, length),
+        [](std::exception_ptr) {});
+}
+
+void peer_link::slot_done(std::size_t slot) {
+    free_slots_.push_back(slot);
+    if (!pending_control_.empty()) {
+        pending_control c = std::move(pending_control_.front());
+        pending_control_.pop_front();
+        send_control(c.header, c.payload);
+    } else if (slot_waiters_ > 0) {
+        slot_freed_->push(true);
+    }
+}
+
+void peer_link::send_control(wire::header h, const std::string& payload) {
+    if (free_slots_.empty()) {
+        // A credit frame waiting already will carry the newest `acked`.
+        bool credit_waiting = h.type == wire::frame::credit &&
+                              std::any_of(pending_control_.begin(), pending_control_.end(), [](const pending_control& c) {
+                                  return c.header.type == wire::frame::credit;
+                              });
+        if (!credit_waiting)
+            pending_control_.push_back(pending_control{h, payload});
+        return;
+    }
+    std::size_t slot = take_slot();
+    h.acked = handled_;
+    acked_sent_ = handled_;
+    h.size = payload.size();
+    std::byte* at = slots_.data() + slot * slot_size_;
+    wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
+    std::memcpy(at + wire::header_size, payload.data(), payload.size());
+    post_slot(slot, wire::header_size + payload.size());
+}
+
+task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token token) {
+    auto self = shared_from_this();
+    std::size_t slot = co_await credit_and_slot(token);
+    if (payload.size() <= eager_size_) {
+        post_inline(slot, h, std::span<const std::byte>(payload.data(), payload.size()));
+        co_return;
+    }
+    post_rts(slot, h, payload);
+    std::optional<wire::header> fin = co_await fins_->pop(token, send_call_, name_);
+    if (!fin)
+        link_gone();
+    if (fin->seq != h.seq || fin->step != h.step) {
+        std::string why = name_ + " finished reading " + std::string(wire::name(fin->op)) + " #" +
+                          std::to_string(fin->seq) + " step " + std::to_string(fin->step) + ", but this rank sent " +
+                          wire::name(h.op) + " #" + std::to_string(h.seq) + " step " + std::to_string(h.step);
+        if (auto core = core_.lock())
+            core->fail(std::errc::protocol_error, why, rank_, true);
+        throw_owner_failure();
+    }
+}
+
+void peer_link::post_rts(std::size_t slot, wire::header h, const local_slice& payload) {
+    std::byte* at = slots_.data() + slot * slot_size_;
+    h.acked = handled_;
+    acked_sent_ = handled_;
+    h.type = wire::frame::rts;
+    h.size = payload.size();
+    remote_slice where = payload.remote();
+    h.addr = where.address;
+    h.rkey = where.rkey;
+    wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
+    post_slot(slot, wire::header_size);
+}
+
+void peer_link::post_inline(std::size_t slot, wire::header h, std::span<const std::byte> payload) {
+    std::byte* at = slots_.data() + slot * slot_size_;
+    h.acked = handled_;
+    acked_sent_ = handled_;
+    h.type = wire::frame::data;
+    h.size = payload.size();
+    wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
+    if (!payload.empty())
+        std::memcpy(at + wire::header_size, payload.data(), payload.size());
+    post_slot(slot, wire::header_size + payload.size());
+}
+
+task<void> peer_link::send_inline(wire::header h, std::span<const std::byte> payload, std::stop_token token) {
+    if (payload.size() > eager_size_)
+        throw std::logic_error("cordma: " + name_ + ": an inline frame of " + std::to_string(payload.size()) +
+                               " bytes, over the eager size (internal error)");
+    auto self = shared_from_this();
+    std::size_t slot = co_await credit_and_slot(token);
+    post_inline(slot, h, payload);
+}
+
+task<std::size_t> peer_link::credit_and_slot(std::stop_token token) {
+    auto self = shared_from_this();
+    std::optional<bool> credit = co_await credits_->pop(token, send_call_, name_);
+    if (!credit)
+        link_gone();
+    std::size_t slot = 0;
+    std::exception_ptr error;
+    try {
+        slot = co_await wait_slot(token);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    if (error) {
+        credits_->push(true);  // nothing was sent: the credit stays for the next frame
+        std::rethrow_exception(error);
+    }
+    ++sent_;
+    co_return slot;
+}
+
+}  // namespace cordma::detail

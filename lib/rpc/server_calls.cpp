@@ -1,0 +1,219 @@
+// cordma::rpc::server, one call: a request frame (inline, or read from
+// the client by rendezvous), its handler (inline or on the executor), and
+// the response (inline, or lent to the client to read), with the credit
+// handed back.
+#include "rpc/server_state.hpp"
+
+namespace cordma::rpc::detail {
+
+namespace {
+
+/// Resumes the awaiting coroutine inside a function handed to `executor`.
+struct via_executor {
+    const std::function<void(std::function<void()>)>* executor;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) { (*executor)([h] { h.resume(); }); }
+    void await_resume() const noexcept {}
+};
+
+std::string method_list(const std::map<std::uint32_t, std::pair<std::string, handler>>& handlers) {
+    std::string out;
+    for (const auto& [method, entry] : handlers)
+        out += (out.empty() ? "" : ", ") + std::to_string(method) + " " + entry.first;
+    return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+void server_state::on_frame(std::shared_ptr<session> s, received_message m) {
+    if (s->gone)
+        return;
+    std::string why;
+    auto h = wire::decode(m.bytes(), why);
+    if (!h)
+        return violation(s, "a malformed frame: " + why);
+    switch (h->type) {
+    case wire::frame::request:
+    case wire::frame::request_rts: {
+        if (h->credits != 0)
+            return violation(s, std::string("a ") + wire::name(h->type) + " frame handing back credits (" +
+                                    std::to_string(h->credits) + "), which only the server does");
+        if (s->charged >= options_.credits)
+            return violation(s, "a call beyond its " + std::to_string(options_.credits) + " credits");
+        ++s->charged;
+        ++s->active;
+        ++s->in_progress;
+        ++active_;
+        spawn_detached(run_call(s, *h, std::move(m)), [](std::exception_ptr) {});
+        return;
+    }
+    case wire::frame::done: {
+        auto it = s->lent.find(h->id);
+        if (it == s->lent.end())
+            return violation(s, "a done frame for call " + std::to_string(h->id) +
+                                    ", which has no response waiting to be read");
+        s->lent.erase(it);
+        --s->charged;
+        ++s->unreturned;
+        // Hand the credit back now unless a response is about to carry it.
+        if (s->active == 0)
+            spawn_detached(send_frame(s, {.type = wire::frame::credit}, {}), [](std::exception_ptr) {});
+        return;
+    }
+    default:
+        return violation(s, std::string("a ") + wire::name(h->type) + " frame, which only a server sends");
+    }
+}
+
+task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, received_message m) {
+    auto self = shared_from_this();
+    std::uint32_t status = 0;
+    std::string message;
+    std::vector<std::byte> response;
+    std::unique_ptr<std::byte[]> large;  // a large request, read from the client
+    local_mr large_mr;
+    std::span<const std::byte> payload;
+    bool read_failed = false;
+    auto found = handlers_.find(h.code);
+    const std::pair<std::string, handler>* entry = found != handlers_.end() ? &found->second : any_ ? &*any_ : nullptr;
+
+    if (h.type == wire::frame::request) {
+        payload = m.bytes().subspan(wire::header_size);
+    } else {
+        m.release();  // the frame is only its header: give the receive back at once
+        if (h.size > options_.max_request) {
+            status = static_cast<std::uint32_t>(rpc_errc::too_large);
+            message = "a request of " + std::to_string(h.size) + " bytes, over the server's max_request of " +
+                      std::to_string(options_.max_request);
+        } else if (entry != nullptr) {
+            try {
+                large.reset(new std::byte[h.size]);
+                large_mr = register_local_mr(pd_, large.get(), h.size, access_flags::local_write);
+                remote_slice from{h.addr, h.size, h.rkey, access_flags::remote_read};
+                co_await s->conn.read(large_mr.all(), from);
+                payload = std::span<const std::byte>(large.get(), h.size);
+            } catch (const std::exception& e) {
+                read_failed = true;
+                message = e.what();
+            }
+        }
+    }
+    if (read_failed) {
+        // The client's memory could not be read: its connection is broken.
+        large_mr = {};
+        call_finished(*s);
+        violation(s, "reading its request of " + std::to_string(h.size) + " bytes failed: " + message);
+        co_return;
+    }
+    if (status == 0 && entry == nullptr) {
+        status = static_cast<std::uint32_t>(rpc_errc::unknown_method);
+        message = "no method " + std::to_string(h.code) + " on this server (it has: " + method_list(handlers_) + ")";
+    }
+    if (status == 0) {
+        const handler& fn = entry->second;
+        bool hopped = false;
+        try {
+            if (options_.executor) {
+                hopped = true;
+                co_await via_executor{&options_.executor};
+            }
+            response = co_await fn(request(payload, h.code, &s->peer));
+        } catch (const std::exception& e) {
+            status = static_cast<std::uint32_t>(rpc_errc::handler_failed);
+            message = "method " + std::to_string(h.code) + " (" + entry->first + ") failed: " + e.what();
+        } catch (...) {
+            status = static_cast<std::uint32_t>(rpc_errc::handler_failed);
+            message = "method " + std::to_string(h.code) + " (" + entry->first +
+                      ") failed: it threw something not derived from std::exception";
+        }
+        if (hopped || !event_listener_->running_in_this_thread())
+            co_await event_listener_->schedule();
+    }
+    m.release();
+    large_mr = {};
+    large.reset();
+
+    if (s->gone || shut_) {
+        call_finished(*s);
+        co_return;
+    }
+    wire::header out;
+    out.id = h.id;
+    std::span<const std::byte> inline_bytes;
+    if (status == 0 && response.size() > s->client_eager) {
+        if (response.size() > s->client_max_response) {
+            status = static_cast<std::uint32_t>(rpc_errc::too_large);
+            message = "a response of " + std::to_string(response.size()) + " bytes, over the client's max_response of " +
+                      std::to_string(s->client_max_response);
+        } else {
+            // The client reads it from here, then says done (which
+            // returns the call's credit).
+            try {
+                lent_response lent;
+                lent.registration = register_local_mr(pd_, response.data(), response.size(), access_flags::remote_read);
+                out.type = wire::frame::response_rts;
+                out.size = response.size();
+                out.addr = reinterpret_cast<std::uint64_t>(response.data());
+                out.rkey = lent.registration.rkey();
+                lent.bytes = std::move(response);
+                s->lent.emplace(h.id, std::move(lent));
+            } catch (const std::exception& e) {
+                status = static_cast<std::uint32_t>(rpc_errc::handler_failed);
+                message = std::string("could not register the response for the client to read: ") + e.what();
+            }
+        }
+    }
+    if (out.type != wire::frame::response_rts) {
+        out.type = wire::frame::response;
+        out.code = status;
+        if (status != 0) {
+            if (message.size() > s->client_eager)
+                message.resize(s->client_eager);
+            inline_bytes = std::as_bytes(std::span<const char>(message.data(), message.size()));
+        } else {
+            inline_bytes = response;
+        }
+        --s->charged;
+        ++s->unreturned;
+    }
+    --s->active;
+    co_await send_frame(s, out, inline_bytes);
+    answered(*s);
+}
+
+void server_state::call_finished(session& s) {
+    --s.active;
+    --s.charged;
+    answered(s);
+}
+
+void server_state::answered(session& s) {
+    if (s.gone)
+        return;  // drop() took its calls off the count
+    --s.in_progress;
+    --active_;
+    wake_if_idle();
+}
+
+task<void> server_state::send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload) {
+    auto self = shared_from_this();
+    if (s->gone)
+        co_return;
+    h.credits = std::exchange(s->unreturned, 0);
+    h.size = h.type == wire::frame::response ? payload.size() : h.size;
+    local_mr buffer = buffers_.take(wire::header_size + payload.size());
+    wire::encode(h, buffer.bytes().first<wire::header_size>());
+    if (!payload.empty())
+        std::memcpy(buffer.data() + wire::header_size, payload.data(), payload.size());
+    bool failed = false;
+    try {
+        co_await s->conn.send(buffer.slice(0, wire::header_size + payload.size()));
+    } catch (...) {
+        failed = true;  // the connection broke: ended() (or its reader) drops the session
+    }
+    buffers_.give(std::move(buffer));
+    if (failed && !s->gone && s->conn.is_broken() && !srq_)
+        drop(s->qp_num, "a send failed");
+}
+
+}  // namespace cordma::rpc::detail
