@@ -30,9 +30,9 @@ namespace {
 
 struct agent_fixture {
     explicit agent_fixture(agent_limits limits = {})
-        : listener(event_listener::start(test::open_test_device())),
-          pool(memory_pool::create(protection_domain::create(listener->device()))) {
-        auto [a, b] = connect_loopback(listener, {}, {}, pool, limits);
+        : el(event_listener::start(test::open_test_device())),
+          pool(memory_pool::create(protection_domain::create(el->device()))) {
+        auto [a, b] = connect_loopback(el, {}, {}, pool, limits);
         client = a;
         server = b;
     }
@@ -41,7 +41,7 @@ struct agent_fixture {
     template <class F>
     auto on_listener(F f) {
         return sync_wait([&]() -> task<decltype(f())> {
-            co_await listener->schedule();
+            co_await el->schedule();
             co_return f();
         }());
     }
@@ -71,7 +71,7 @@ struct agent_fixture {
         return true;
     }
 
-    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<event_listener> el;
     std::shared_ptr<memory_pool> pool;
     connection client;
     connection server;

@@ -12,6 +12,8 @@
 #include <memory>
 #include <vector>
 
+#include <tuple>
+
 #include <catch2/catch.hpp>
 
 #include <cordma/connection.hpp>
@@ -20,6 +22,7 @@
 #include <cordma/when_all.hpp>
 #include "engine/connection_state.hpp"
 
+#include "support/loopback_pair.hpp"
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
@@ -28,28 +31,15 @@ namespace {
 
 struct fixture {
     explicit fixture(polling_mode mode = polling_mode::event)
-        : listener(event_listener::start(test::open_test_device(), {.mode = mode})),
-          pool(memory_pool::create(protection_domain::create(listener->device()))) {
+        : el(event_listener::start(test::open_test_device(), {.mode = mode})),
+          pool(memory_pool::create(protection_domain::create(el->device()))) {
         qp_capacity capacity;  // 128 send entries: a completion retires at most 32
-        auto make_qp = [&] {
-            int entries = static_cast<int>(capacity.max_send_wr + capacity.max_recv_wr);
-            return queue_pair::create(pool->pd(), listener->create_cq(entries), listener->create_cq(entries),
-                                      capacity);
-        };
-        auto qa = make_qp();
-        auto qb = make_qp();
-        qp_connect_options options;
-        options.port = listener->device()->first_active_port();
-        options.gid_index = listener->device()->find_gid_index(options.port, AF_INET);
-        qa->connect(qb->local_endpoint(options.port, options.gid_index), options);
-        qb->connect(qa->local_endpoint(options.port, options.gid_index), options);
-        client = connection::adopt(listener, qa, "server");
-        server = connection::adopt(listener, qb, "client");
+        std::tie(client, server) = test::adopted_pair(el, pool->pd(), capacity);
     }
 
     detail::connection_state& state() { return *detail::connection_access::state(client); }
 
-    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<event_listener> el;
     std::shared_ptr<memory_pool> pool;
     connection client;
     connection server;
@@ -90,7 +80,7 @@ struct burst_result {
 // completion, i.e. inside one (one chain, one completion). `bad`, if not
 // negative, is the write of the second round whose rkey is forged.
 task<burst_result> two_bursts(fixture& f, local_mr& sources, local_mr& target, int bad) {
-    co_await f.listener->schedule();
+    co_await f.el->schedule();
     burst_result r;
     counters c0 = f.state().counters();
     {
@@ -123,7 +113,7 @@ task<burst_result> two_bursts(fixture& f, local_mr& sources, local_mr& target, i
 
 TEST_CASE("requests posted in a drain pass go out as one chain with one completion", "[doorbell]") {
     fixture f(GENERATE(polling_mode::event, polling_mode::busy));
-    INFO("polling mode " << to_string(f.listener->options().mode));
+    INFO("polling mode " << to_string(f.el->options().mode));
     local_mr sources = f.pool->allocate(16 * 8);
     local_mr target = f.pool->allocate(16 * 8);
     std::memset(target.data(), 0, target.size());
@@ -197,7 +187,7 @@ task<void> writer(fixture& f, local_slice source, remote_slice to, const local_m
 
 task<void> run_load(fixture& f, local_mr& sources, local_mr& target, std::uint32_t coroutines, int rounds,
                     load_result& r) {
-    co_await f.listener->schedule();
+    co_await f.el->schedule();
     counters before = f.state().counters();
     std::vector<task<void>> writers;
     for (std::uint32_t c = 0; c < coroutines; ++c)
@@ -211,7 +201,7 @@ task<void> run_load(fixture& f, local_mr& sources, local_mr& target, std::uint32
 
 TEST_CASE("under load one completion resumes every earlier request, in posting order", "[doorbell]") {
     fixture f(GENERATE(polling_mode::event, polling_mode::busy));
-    INFO("polling mode " << to_string(f.listener->options().mode));
+    INFO("polling mode " << to_string(f.el->options().mode));
     constexpr std::uint32_t coroutines = 64;
     constexpr int rounds = 200;
     local_mr sources = f.pool->allocate(coroutines * 8);

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include <tuple>
+
 #include <catch2/catch.hpp>
 
 #include <cordma/connection.hpp>
@@ -21,6 +23,7 @@
 
 #define CORDMA_DEFINE_ALLOCATION_COUNTER
 #include "support/allocation_counter.hpp"
+#include "support/loopback_pair.hpp"
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
@@ -29,8 +32,8 @@ namespace {
 
 struct fixture {
     explicit fixture(polling_mode mode = polling_mode::event, qp_capacity capacity = {})
-        : listener(event_listener::start(test::open_test_device(), {.mode = mode})),
-          pool(memory_pool::create(protection_domain::create(listener->device()))) {
+        : el(event_listener::start(test::open_test_device(), {.mode = mode})),
+          pool(memory_pool::create(protection_domain::create(el->device()))) {
         // The pool's PD must be the connections' PD: build the pair on it.
         auto [a, b] = connect_on(pool->pd(), capacity);
         client = a;
@@ -38,19 +41,9 @@ struct fixture {
     }
 
     std::pair<connection, connection> connect_on(std::shared_ptr<protection_domain> pd, qp_capacity capacity) {
-        auto make_qp = [&] {
-            int entries = static_cast<int>(capacity.max_send_wr + capacity.max_recv_wr);
-            return queue_pair::create(pd, listener->create_cq(entries), listener->create_cq(entries), capacity);
-        };
-        auto qa = make_qp();
-        auto qb = make_qp();
         qp_connect_options options;
-        options.port = listener->device()->first_active_port();
-        options.gid_index = listener->device()->find_gid_index(options.port, AF_INET);
         options.min_rnr_timer = 20;  // RNR test: wait ~10 ms per retry
-        qa->connect(qb->local_endpoint(options.port, options.gid_index), options);
-        qb->connect(qa->local_endpoint(options.port, options.gid_index), options);
-        return {connection::adopt(listener, qa, "server"), connection::adopt(listener, qb, "client")};
+        return test::adopted_pair(el, pd, capacity, options);
     }
 
     local_mr filled(std::size_t size, unsigned seed) {
@@ -60,7 +53,7 @@ struct fixture {
         return mr;
     }
 
-    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<event_listener> el;
     std::shared_ptr<memory_pool> pool;
     connection client;
     connection server;
@@ -74,7 +67,7 @@ bool same_bytes(const local_slice& a, const local_slice& b) {
 
 TEST_CASE("every operation moves real bytes", "[operations]") {
     fixture f(GENERATE(polling_mode::event, polling_mode::busy, polling_mode::adaptive, polling_mode::yielding));
-    INFO("polling mode " << to_string(f.listener->options().mode));
+    INFO("polling mode " << to_string(f.el->options().mode));
 
     SECTION("send lands in recv, with and without an immediate") {
         local_mr out = f.filled(3000, 1);
@@ -204,8 +197,8 @@ TEST_CASE("a timer fires on time while completions never stop coming", "[operati
             // call_after belongs to the listener thread: armed there.
             std::shared_ptr<event_listener::timer> timer;
             std::promise<void> armed;
-            f.listener->post([&] {
-                timer = f.listener->call_after(std::chrono::milliseconds(200), [&] {
+            f.el->post([&] {
+                timer = f.el->call_after(std::chrono::milliseconds(200), [&] {
                     fired = std::chrono::steady_clock::now();
                     stop = true;
                 });
@@ -275,7 +268,7 @@ TEST_CASE("a write to a bad rkey fails with a remote access error and flushes th
     auto results = sync_wait([&]() -> task<std::vector<std::string>> {
         // Post all nine back to back from the event listener thread, so they are
         // on the wire together when the first one fails.
-        co_await f.listener->schedule();
+        co_await f.el->schedule();
         std::vector<task<std::string>> tasks;
         tasks.push_back(attempt(f.client.write(source.all(), bad)));
         for (int i = 0; i < 8; ++i)
@@ -304,7 +297,7 @@ std::string recv_posted_then_cancelled(fixture& f, local_slice buffer) {
     std::stop_source stop;
     std::string what = "not cancelled";
     sync_wait([&]() -> task<void> {
-        co_await f.listener->schedule();
+        co_await f.el->schedule();
         auto posted = [&]() -> task<void> {
             try {
                 (void)co_await f.server.recv(buffer, stop.get_token());
@@ -409,7 +402,7 @@ TEST_CASE("steady-state operations allocate nothing", "[operations][allocation]"
     auto allocations = sync_wait([&]() -> task<std::uint64_t> {
         // The first await hops onto the event listener thread; from then on we run there.
         co_await f.client.write(source.all(), target.remote());
-        REQUIRE(f.listener->running_in_this_thread());
+        REQUIRE(f.el->running_in_this_thread());
         testing::allocation_counter counter;
         for (int i = 0; i < 1000; ++i) {
             co_await f.client.write(source.all(), target.remote());
@@ -439,10 +432,10 @@ TEST_CASE("the polling modes sleep as documented", "[operations][polling]") {
         local_mr target = f.pool->allocate(64);
         return sync_wait([&]() -> task<std::uint64_t> {
             co_await f.client.write(source.all(), target.remote());
-            auto before = f.listener->sleeps();
+            auto before = f.el->sleeps();
             for (int i = 0; i < writes; ++i)
                 co_await f.client.write(source.all(), target.remote());
-            co_return f.listener->sleeps() - before;
+            co_return f.el->sleeps() - before;
         }());
     };
     SECTION("event mode sleeps whenever nothing is pending") {
@@ -484,7 +477,7 @@ TEST_CASE("a coroutine destroyed mid-receive leaves its buffer to the hardware, 
     fixture f;
     std::size_t baseline = f.pool->bytes_in_use();
     std::promise<std::coroutine_handle<>> started;
-    f.listener->post([&] {
+    f.el->post([&] {
         auto c = [](fixture& fx) -> eager_coroutine {
             local_mr buffer = fx.pool->allocate(512);
             co_await fx.server.recv(buffer.all());
@@ -495,7 +488,7 @@ TEST_CASE("a coroutine destroyed mid-receive leaves its buffer to the hardware, 
     std::coroutine_handle<> handle = started.get_future().get();
     CHECK(f.pool->bytes_in_use() == baseline + 512);
     std::promise<void> destroyed;
-    f.listener->post([&] {
+    f.el->post([&] {
         handle.destroy();
         destroyed.set_value();
     });

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <tuple>
+
 #include <catch2/catch.hpp>
 
 #include <cordma/builder.hpp>
@@ -26,6 +28,7 @@
 
 #define CORDMA_DEFINE_ALLOCATION_COUNTER
 #include "support/allocation_counter.hpp"
+#include "support/loopback_pair.hpp"
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
@@ -37,22 +40,9 @@ namespace {
 // one event listener; the pool is on their PD.
 struct fixture {
     explicit fixture(qp_capacity capacity = {})
-        : listener(event_listener::start(test::open_test_device())),
-          pool(memory_pool::create(protection_domain::create(listener->device()))) {
-        auto make_qp = [&] {
-            int entries = static_cast<int>(capacity.max_send_wr + capacity.max_recv_wr);
-            return queue_pair::create(pool->pd(), listener->create_cq(entries), listener->create_cq(entries),
-                                      capacity);
-        };
-        auto qa = make_qp();
-        auto qb = make_qp();
-        qp_connect_options options;
-        options.port = listener->device()->first_active_port();
-        options.gid_index = listener->device()->find_gid_index(options.port, AF_INET);
-        qa->connect(qb->local_endpoint(options.port, options.gid_index), options);
-        qb->connect(qa->local_endpoint(options.port, options.gid_index), options);
-        client = connection::adopt(listener, qa, "server");
-        server = connection::adopt(listener, qb, "client");
+        : el(event_listener::start(test::open_test_device())),
+          pool(memory_pool::create(protection_domain::create(el->device()))) {
+        std::tie(client, server) = test::adopted_pair(el, pool->pd(), capacity);
     }
 
     // Receives a queue leaves posted keep their connection alive until they
@@ -61,11 +51,11 @@ struct fixture {
     ~fixture() {
         client.shut_down();
         server.shut_down();
-        std::weak_ptr<event_listener> weak_listener = listener;
+        std::weak_ptr<event_listener> weak_listener = el;
         std::weak_ptr<memory_pool> weak_pool = pool;
         client = {};
         server = {};
-        listener.reset();
+        el.reset();
         pool.reset();
         auto deadline = std::chrono::steady_clock::now() + 10s;
         while (!(weak_listener.expired() && weak_pool.expired()) && std::chrono::steady_clock::now() < deadline)
@@ -74,7 +64,7 @@ struct fixture {
     fixture(const fixture&) = delete;
     fixture& operator=(const fixture&) = delete;
 
-    std::shared_ptr<event_listener> listener;
+    std::shared_ptr<event_listener> el;
     std::shared_ptr<memory_pool> pool;
     connection client;
     connection server;
@@ -198,7 +188,7 @@ TEST_CASE("a cancelled next() loses nothing: a later message goes to the next ne
         std::stop_source stop;
         std::thread canceller;
         auto outcome = sync_wait([&]() -> task<std::string> {
-            co_await f.listener->schedule();
+            co_await f.el->schedule();
             // The cancel comes once this coroutine is waiting inside next().
             auto wait = [&]() -> task<std::string> {
                 try {
@@ -255,7 +245,7 @@ TEST_CASE("a cancelled next() loses nothing: a later message goes to the next ne
                     local_slice s = out.slice(0, length_of(i));
                     fill(s, i);
                     co_await f.client.send(s);
-                    stop.request_stop();  // races the receive completion on the event listener
+                    stop.request_stop();  // races the receive completion on the event el
                 };
                 co_await when_all(receiver(), sender());
             }
@@ -312,7 +302,7 @@ TEST_CASE("a receive_queue and plain recv hand messages over without losing one"
         std::stop_source stop;
         std::string cancelled;
         sync_wait([&]() -> task<void> {
-            co_await f.listener->schedule();
+            co_await f.el->schedule();
             // when_all starts its children in order, on this thread: the recv
             // is posted before the second child runs.
             auto posted_recv = [&]() -> task<void> {
@@ -449,7 +439,7 @@ TEST_CASE("steady-state next() and release allocate nothing", "[receive_queue][a
     auto allocations = sync_wait([&]() -> task<std::uint64_t> {
         co_await f.client.send(out.all());
         (void)co_await q.next();
-        REQUIRE(f.listener->running_in_this_thread());
+        REQUIRE(f.el->running_in_this_thread());
         testing::allocation_counter counter;
         for (int i = 0; i < 1000; ++i) {
             co_await f.client.send_with_imm(out.all(), static_cast<std::uint32_t>(i));
