@@ -32,17 +32,11 @@
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
+using test::any_port;
+using test::test_builder;
 using namespace std::chrono_literals;
 
 namespace {
-
-builder test_builder() {
-    builder b;
-    b.device(test::test_device_name());
-    return b;
-}
-
-std::string any_port() { return test::test_address() + ":0"; }
 
 /// A client and the server's side of it, both with a 30 s limit per call.
 struct pair_of_streams {

@@ -27,11 +27,10 @@
 
 
 using namespace cordma;
+using test::any_port;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string any_port() { return test::test_address() + ":0"; }
 
 using test::peer_process;
 

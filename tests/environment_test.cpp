@@ -24,17 +24,11 @@
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
+using test::any_port;
+using test::test_builder;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string any_port() { return test::test_address() + ":0"; }
-
-builder test_builder() {
-    builder b;
-    b.device(test::test_device_name());
-    return b;
-}
 
 /// An address on the test device's own /24 that no host has (the VMs use
 /// .1 to .4): ARP gets no answer, so the kernel reports it unreachable.

@@ -23,11 +23,10 @@
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
+using test::any_port;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string any_port() { return test::test_address() + ":0"; }
 
 builder plain_builder(endpoint_exchange how) {
     builder b;

@@ -32,18 +32,12 @@
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
+using test::any_port;
+using test::test_builder;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-builder test_builder() {
-    builder b;
-    b.device(test::test_device_name());
-    return b;
-}
-
-std::string any_port() { return test::test_address() + ":0"; }
 
 /// Answers "<method>:<request>"; method 7 throws; method 8 blocks until
 /// `release` (at most 20 s), saying it started in `entered`.

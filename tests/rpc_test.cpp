@@ -41,18 +41,12 @@
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
+using test::any_port;
+using test::test_builder;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-builder test_builder() {
-    builder b;
-    b.device(test::test_device_name());
-    return b;
-}
-
-std::string any_port() { return test::test_address() + ":0"; }
 
 /// Byte i of the payload with `seed`: no chunking or misplacement can fake it.
 std::byte pattern(std::uint64_t seed, std::size_t i) {

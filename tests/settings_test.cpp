@@ -22,13 +22,12 @@
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
+using test::any_port;
 using namespace std::chrono_literals;
 
 namespace {
 
 const char* name(endpoint_exchange how) { return how == endpoint_exchange::tcp ? "tcp" : "rdma_cm"; }
-
-std::string any_port() { return test::test_address() + ":0"; }
 
 struct queried {
     ibv_qp_attr attr{};

@@ -34,11 +34,10 @@
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
+using test::any_port;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string any_port() { return test::test_address() + ":0"; }
 
 struct record {
     std::uint32_t client;

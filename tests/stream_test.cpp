@@ -27,17 +27,11 @@
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
+using test::any_port;
+using test::test_builder;
 using namespace std::chrono_literals;
 
 namespace {
-
-builder test_builder() {
-    builder b;
-    b.device(test::test_device_name());
-    return b;
-}
-
-std::string any_port() { return test::test_address() + ":0"; }
 
 /// The stream's byte at position i: a pattern no chunking can fake.
 std::byte expected_at(std::uint64_t i) {

@@ -30,12 +30,8 @@ inline std::vector<std::string> host_list(int n) {
     return hosts;
 }
 
-/// A builder on the test device.
-inline builder rank_builder() {
-    builder b;
-    b.device(test_device_name());
-    return b;
-}
+/// A builder on the test device (each rank its own).
+inline builder rank_builder() { return test_builder(); }
 
 /// Runs `body(rank)` on n threads at once; returns each rank's failure
 /// message ("" for none).

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <cordma/builder.hpp>
 #include <cordma/device.hpp>
 
 namespace cordma::test {
@@ -33,6 +34,16 @@ inline std::string test_address() {
             "no test address: run the rxe suite through tools/run-tests (it sets RXE_VM_ADDR inside the VM, "
             "or CORDMA_TEST_ADDR on a host with an RDMA device)");
     return addr;
+}
+
+/// "ADDR:0": the test address and any free port, for listen().
+inline std::string any_port() { return test_address() + ":0"; }
+
+/// A builder on the test device, with default settings otherwise.
+inline builder test_builder() {
+    builder b;
+    b.device(test_device_name());
+    return b;
 }
 
 /// Opens the test device; throws (failing the test) if there is none.
