@@ -2,6 +2,7 @@
 
 #include "agent/agent.hpp"
 #include "connect/qp_settings.hpp"
+#include "connect/runtime.hpp"
 #include "engine/connection_state.hpp"
 #include "engine/transport.hpp"
 #include "log/logf.hpp"
@@ -12,6 +13,23 @@ static_assert(control_capacity.max_recv_wr >= agent_protocol::receive_depth,
               "the control QP must hold every receive the agent keeps posted");
 static_assert(control_capacity.max_send_wr >= agent_protocol::window + 2,
               "the control QP's send queue must hold a full window and the acks");
+
+connection_parts parts_for(const runtime& rt, const connection_settings& settings, std::shared_ptr<queue_pair> data,
+                           std::string peer, std::shared_ptr<transport> watcher, bool with_agent) {
+    connection_parts parts;
+    parts.event_listener = rt.event_listener;
+    parts.data = std::move(data);
+    parts.peer = std::move(peer);
+    parts.watcher = std::move(watcher);
+    parts.shared_receives = settings.shared_receives;
+    if (with_agent) {
+        parts.agent_pool = rt.pool;
+        parts.limits = agent_limits_for(settings);
+        parts.agent_timeout = settings.agent_timeout;
+        parts.ledger = rt.ledger;
+    }
+    return parts;
+}
 
 connection assemble(connection_parts parts) {
     auto state = std::make_shared<connection_state>(parts.event_listener, std::move(parts.data), parts.peer);

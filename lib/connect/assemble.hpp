@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <cordma/agent_limits.hpp>
+#include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
 #include <cordma/event_listener.hpp>
 #include <cordma/local_mr.hpp>
@@ -48,6 +49,16 @@ struct connection_parts {
     /// The private data the peer sent (connections without an agent).
     std::vector<std::byte> peer_private_data;
 };
+
+struct runtime;
+
+/// The parts every transport fills alike: `rt`'s event listener, the data
+/// QP, the peer's name, what watches it, the shared receive queue, and,
+/// for a peer with the agent (`with_agent`), the agent's pool, limits,
+/// deadline and ledger from `settings`. The transport adds what is its own
+/// (the peer's private data, how to reopen).
+connection_parts parts_for(const runtime& rt, const connection_settings& settings, std::shared_ptr<queue_pair> data,
+                           std::string peer, std::shared_ptr<transport> watcher, bool with_agent);
 
 /// Event listener thread (or before the connection is shared). The connection.
 connection assemble(connection_parts parts);

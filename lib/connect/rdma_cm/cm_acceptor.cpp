@@ -183,21 +183,11 @@ task<void> cm_acceptor::handshake(std::shared_ptr<cm_acceptor>, connect_request 
         auto qp = co_await cm_accept_qp(rt_, settings_, cm, qp_role::data, request.hello);
         std::string peer = cm->peer();
         connection conn = assemble([&] {
-        detail::connection_parts parts;
-        parts.event_listener = rt_->event_listener;
-        parts.data = std::move(qp);
-        parts.peer = std::move(peer);
-        parts.watcher = std::move(cm);
-        parts.shared_receives = settings_.shared_receives;
-        if (request.hello) {
-            parts.agent_pool = rt_->pool;
-            parts.limits = agent_limits_for(settings_);
-            parts.agent_timeout = settings_.agent_timeout;
-            parts.ledger = rt_->ledger;
-        }
-        parts.peer_private_data = std::move(request.private_data);
-        return parts;
-    }());
+            auto parts = parts_for(*rt_, settings_, std::move(qp), std::move(peer), std::move(cm),
+                                   request.hello.has_value());
+            parts.peer_private_data = std::move(request.private_data);
+            return parts;
+        }());
         if (request.hello) {  // a cordma client: its agent's control QP follows
             // Forget the clients that left without ever sending theirs,
             // or the map grows with every one of them.

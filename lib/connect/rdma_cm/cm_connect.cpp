@@ -52,18 +52,7 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
     }
     std::string peer = data->cm->peer();
     connection conn = assemble([&] {
-        detail::connection_parts parts;
-        parts.event_listener = rt->event_listener;
-        parts.data = std::move(data->qp);
-        parts.peer = std::move(peer);
-        parts.watcher = std::move(data->cm);
-        parts.shared_receives = settings.shared_receives;
-        if (hello) {
-            parts.agent_pool = rt->pool;
-            parts.limits = agent_limits_for(settings);
-            parts.agent_timeout = settings.agent_timeout;
-            parts.ledger = rt->ledger;
-        }
+        auto parts = parts_for(*rt, settings, std::move(data->qp), std::move(peer), std::move(data->cm), hello.has_value());
         parts.peer_private_data = std::move(data->peer_private_data);
         parts.reopen = [rt, settings, where] { return connect_rdma_cm(rt, settings, where); };
         return parts;

@@ -138,20 +138,9 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
                                   " ('R')");
 
     connection conn = assemble([&] {
-        detail::connection_parts parts;
-        parts.event_listener = rt->event_listener;
-        parts.data = std::move(qp);
-        parts.peer = peer;
-        parts.watcher = std::move(channel);
-        parts.shared_receives = settings.shared_receives;
-        if (control_qp) {
-            parts.agent_pool = rt->pool;
-            parts.limits = agent_limits_for(settings);
-            parts.agent_timeout = settings.agent_timeout;
-            parts.ledger = rt->ledger;
-        } else {
+        auto parts = parts_for(*rt, settings, std::move(qp), peer, std::move(channel), control_qp != nullptr);
+        if (!control_qp)
             parts.peer_private_data = std::move(io->private_received);
-        }
         return parts;
     }());
     if (control_qp)
