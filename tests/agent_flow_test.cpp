@@ -158,7 +158,7 @@ TEST_CASE("agent calls to a stopped peer fail within their deadline; the connect
         remote_mr warm_up = sync_wait(conn.request_remote_mr(64, 64, {}, read_write, patient));
         CHECK(warm_up.size() == 64);
     }
-    REQUIRE(kill(peer.pid, SIGSTOP) == 0);
+    peer.stop();
 
     SECTION("a request past its own deadline, then the builder's default on a receive") {
         auto start = std::chrono::steady_clock::now();

@@ -19,6 +19,16 @@ namespace cordma::test {
 
 struct peer_process {
     pid_t pid = -1;
+
+    /// Stops the process (SIGSTOP) and returns once it is stopped: kill()
+    /// only sends the signal, and a peer's thread still running for a
+    /// moment could answer what the caller sends next.
+    void stop() {
+        REQUIRE(kill(pid, SIGSTOP) == 0);
+        int status = 0;
+        REQUIRE(waitpid(pid, &status, WUNTRACED) == pid);
+        REQUIRE(WIFSTOPPED(status));
+    }
     /// Runs the program named by the environment variable `program`
     /// (tests/meson.build sets CORDMA_TEST_PEER and CORDMA_TEST_GROUP_PEER).
     explicit peer_process(std::vector<std::string> args, const char* program = "CORDMA_TEST_PEER") {
