@@ -324,9 +324,10 @@ public:
     /// credit is there (so sends started in order go in order); co_await
     /// wait() on the result later. `buffer` must stay valid until then.
     pending<void> start_send(int dest, local_slice buffer, std::uint32_t tag = 0, group_call call = {});
-    /// recv, started now: it takes the first matching message that
-    /// arrives from here on (before recvs started later); co_await
-    /// wait() on the result later.
+    /// recv, started now: it takes the oldest matching message, kept
+    /// already or the next to arrive, ahead of every recv started after
+    /// it; co_await wait() on the result later. `buffer` must stay valid
+    /// until then.
     pending<message_info> start_recv(int source, local_slice buffer, std::uint32_t tag = any_tag,
                                      group_call call = {});
     /// recv_any, started now.
