@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include <cordma/task_group.hpp>
 
@@ -103,6 +104,12 @@ void cm_acceptor::on_cm_event(const cm_event_copy& event) noexcept {
     if (event.id != id_) {
         // A client that went away before anyone accepted it.
         requests_->erase_if([&](const connect_request& r) { return r.id == event.id; });
+        std::erase_if(early_control_, [&](const auto& entry) {
+            if (entry.second.id != event.id)
+                return false;
+            entry.second.expiry->cancel();
+            return true;
+        });
         rdma_destroy_id(event.id);
     }
 }
@@ -122,10 +129,43 @@ void cm_acceptor::shut() noexcept {
         else
             reject(request.id);
     }
+    for (auto& [token, early] : std::exchange(early_control_, {})) {
+        early.expiry->cancel();
+        reject(early.id);
+    }
+}
+
+void cm_acceptor::expire_early_control(std::uint64_t token) noexcept {
+    auto it = early_control_.find(token);
+    if (it == early_control_.end())
+        return;
+    rdma_cm_id* id = it->second.id;
+    early_control_.erase(it);
+    detail::logf(log_level::warning,
+                 "cordma: listener %s: refused an agent control queue pair from %s: no connection with its token "
+                 "completed its handshake here within connect_timeout",
+                 address_.c_str(), peer_of(id).c_str());
+    reject(id);
 }
 
 void cm_acceptor::accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept {
     auto it = awaiting_control_.find(hello.token);
+    if (it == awaiting_control_.end() && !early_control_.contains(hello.token)) {
+        // Its data QP's handshake may not have ended here yet: wait for it
+        // (handshake() takes this request up), within connect_timeout.
+        try {
+            std::weak_ptr<cm_acceptor> weak = self_;
+            std::uint64_t token = hello.token;
+            auto expiry = rt_->event_listener->call_after(settings_.connect_timeout, [weak, token] {
+                if (auto self = weak.lock())
+                    self->expire_early_control(token);
+            });
+            early_control_.emplace(hello.token, early_control{id, hello, std::move(expiry)});
+            return;
+        } catch (...) {
+            // No memory for a timer: refuse it now, as below.
+        }
+    }
     std::shared_ptr<connection_state> state = it != awaiting_control_.end() ? it->second.lock() : nullptr;
     if (it != awaiting_control_.end())
         awaiting_control_.erase(it);
@@ -193,6 +233,13 @@ task<void> cm_acceptor::handshake(std::shared_ptr<cm_acceptor>, connect_request 
             // or the map grows with every one of them.
             std::erase_if(awaiting_control_, [](const auto& entry) { return entry.second.expired(); });
             awaiting_control_[request.hello->token] = connection_access::state(conn);
+            // Its control request may have come first: take it up now.
+            if (auto early = early_control_.find(request.hello->token); early != early_control_.end()) {
+                early_control parked = std::move(early->second);
+                early_control_.erase(early);
+                parked.expiry->cancel();
+                accept_control(parked.id, parked.hello);
+            }
         }
         connect_request done;
         done.accepted = std::move(conn);

@@ -60,6 +60,9 @@ private:
     static void dispatch(cm_target* self, const cm_event_copy& event) noexcept;
     void on_cm_event(const cm_event_copy& event) noexcept;
     void accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept;
+    /// A control request that came before its connection's handshake had
+    /// ended here: refused once connect_timeout has passed without it.
+    void expire_early_control(std::uint64_t token) noexcept;
     /// The server's half of a client's handshake, bounded by
     /// connect_timeout; its connection then queues for accept().
     task<void> handshake(std::shared_ptr<cm_acceptor> self, connect_request request);
@@ -73,6 +76,16 @@ private:
     std::shared_ptr<waiter_queue<connect_request>> requests_;
     // Accepted connections whose agent's control QP has yet to arrive.
     std::map<std::uint64_t, std::weak_ptr<connection_state>> awaiting_control_;
+    // Control QP requests that arrived before their data QP's handshake had
+    // ended on this side: the client sends one as soon as it sees its own
+    // ESTABLISHED, and ours comes later when the RTU is late or lost (a
+    // loaded or lossy link). Kept, by token, until that handshake ends.
+    struct early_control {
+        rdma_cm_id* id = nullptr;
+        cm_hello hello;
+        std::shared_ptr<cordma::event_listener::timer> expiry;
+    };
+    std::map<std::uint64_t, early_control> early_control_;
     std::weak_ptr<cm_acceptor> self_;
 };
 
