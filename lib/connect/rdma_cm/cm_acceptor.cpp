@@ -142,8 +142,8 @@ void cm_acceptor::expire_early_control(std::uint64_t token) noexcept {
     rdma_cm_id* id = it->second.id;
     early_control_.erase(it);
     detail::logf(log_level::warning,
-                 "cordma: listener %s: refused an agent control queue pair from %s: no connection with its token "
-                 "completed its handshake here within connect_timeout",
+                 "cordma: listener %s: refused an agent control queue pair from %s: its token matches no "
+                 "connection waiting for one (none completed its handshake here within connect_timeout)",
                  address_.c_str(), peer_of(id).c_str());
     reject(id);
 }
