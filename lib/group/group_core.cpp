@@ -47,7 +47,7 @@ void group_core::fail(std::errc code, const std::string& why, int rank_at_fault,
     if (rank_at_fault >= 0 && rank_at_fault != rank_)
         ranks.push_back(rank_at_fault);
     failure_.emplace(code,
-                     "cordma::group, rank " + std::to_string(rank_) + " of " + std::to_string(size()) + ": " + why +
+                     prefix() + why +
                          ". The group is broken; form a new one to go on",
                      std::move(ranks));
     std::uint32_t at_fault = static_cast<std::uint32_t>(rank_at_fault >= 0 ? rank_at_fault : rank_);

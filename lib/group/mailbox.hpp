@@ -22,6 +22,7 @@
 #include <coroutine>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <system_error>
@@ -85,10 +86,6 @@ public:
     /// The group failed: every waiting recv and fin wakes and throws its
     /// failure; kept messages are dropped.
     void fail_all();
-
-    /// Recvs and fins waiting now (the group keeps its keepalives going
-    /// while any does).
-    std::size_t waiting() const noexcept { return posted_.size() + fins_.size(); }
 
 private:
     struct waiter {
