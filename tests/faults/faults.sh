@@ -10,10 +10,12 @@
 #             every byte checked, nothing fails (RC retransmission recovers)
 #   reorder   the same under 1% loss, 20 ms delay and reordering
 #   linkdown  2 VMs; host 1's link goes down under 1,000 operations in
-#             flight from host 2: all fail within the retry time the QP's
-#             settings imply, saying the peer stopped acknowledging; after
-#             the link is back host 2 connects again and its resources are
-#             what they were with the old connection
+#             flight from host 2, just as host 1 replies to one (so its own
+#             connection ends while its link is down): all of host 2's fail
+#             within the retry time the QP's settings imply, saying the peer
+#             stopped acknowledging; after the link is back host 2 connects
+#             again and its resources are what they were with the old
+#             connection
 #   poweroff  3 VMs; host 2 powers off under 1,000 operations in flight
 #             from host 1, which fails them all within 5 s, frees them, and
 #             goes on serving host 3's traffic throughout

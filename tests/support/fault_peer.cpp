@@ -2,11 +2,14 @@
 // process per end, every byte checked, every wait bounded.
 //
 //   fault_peer serve ADDR:PORT --clients N [--may-fail K]
-//              [--fault-after M --fault 'SHELL COMMAND'] [--pressure-to ADDR:PORT --ops N --fail-within MS]
+//              [--fault-after M --fault 'SHELL COMMAND' | --fault-before-reply 'SHELL COMMAND']
+//              [--pressure-to ADDR:PORT --ops N --fail-within MS]
 //       Accepts N connections and serves each (below) until its client
 //       says goodbye. --fault: once M messages have been served, runs the
 //       command (on a thread of its own: `ip link set eth0 down`, a power
-//       off). --pressure-to: once the first client is being served, also
+//       off). --fault-before-reply: runs it before the reply to message M
+//       is sent, and waits for it (the reply then meets the fault: a link
+//       that is down fails this side's send at once). --pressure-to: once the first client is being served, also
 //       runs `pressure` (below) from a builder of its own, to show that a
 //       peer failing under pressure leaves the other clients served and
 //       frees everything of its own. Exit 0 only if at most K connections
@@ -122,6 +125,16 @@ long mismatch(std::span<const std::byte> bytes, std::uint64_t seed) {
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
 
+/// Every thread's stack, from gdb where it is installed: what a wait with
+/// no way out was waiting for.
+void dump_threads() {
+    if (std::system("command -v gdb >/dev/null 2>&1") != 0)
+        return;
+    std::string command = "gdb -batch -nx -p " + std::to_string(getpid()) +
+                          " -ex 'thread apply all bt' 2>/dev/null | grep -v '^\\[New LWP' >&2";
+    [[maybe_unused]] int rc = std::system(command.c_str());
+}
+
 /// Ends the process with a message if it is still running at its limit:
 /// a lost completion leaves a coroutine waiting forever, and the test must
 /// say so itself rather than be killed by meson's timeout.
@@ -135,6 +148,7 @@ public:
                                        "wait with no way out)\n",
                                what.c_str(), static_cast<long long>(limit.count()));
                   std::fflush(nullptr);
+                  dump_threads();
                   std::_Exit(3);
               }
           }) {}
@@ -182,12 +196,24 @@ struct server_state {
     std::atomic<int> started{0}, finished{0}, failed{0};
     std::uint64_t fault_after = 0;
     std::string fault_command;
+    std::string fault_before_reply;
     std::atomic<bool> fault_started{false};
     std::thread fault_thread;
     /// A client silent this long is taken for gone (its link or host died
     /// while this side had nothing to send, so no retry could notice);
     /// 0: never.
     std::chrono::seconds idle{0};
+
+    void before_reply() {
+        if (fault_before_reply.empty() || messages + 1 < fault_after || fault_started.exchange(true))
+            return;
+        std::printf("fault_peer serve: replying to message %llu; fault first: %s\n",
+                    (unsigned long long)(messages + 1), fault_before_reply.c_str());
+        std::fflush(stdout);
+        int rc = std::system(fault_before_reply.c_str());
+        std::printf("fault_peer serve: the fault command exited with %d\n", rc);
+        std::fflush(stdout);
+    }
 
     void served_one() {
         std::uint64_t n = ++messages;
@@ -286,6 +312,7 @@ task<void> serve_one(connection conn, server_state* st) {
             if (long at = mismatch(m.bytes().subspan(sizeof h), h.seq); at >= 0)
                 fail("message " + std::to_string(h.seq) + ": byte " + std::to_string(at) + " is wrong");
             std::memcpy(reply.data(), m.data(), m.size());
+            st->before_reply();
             std::size_t size = m.size();
             m.release();
             if (want_imm)
@@ -737,6 +764,7 @@ struct serve_options {
     int may_fail = 0;
     std::uint64_t fault_after = 0;
     std::string fault;
+    std::string fault_before_reply;
     std::string pressure_to;
     int ops = 1000;
     milliseconds fail_within{5000};
@@ -758,6 +786,7 @@ int serve(const serve_options& o) {
     st.pool = b.pool();
     st.fault_after = o.fault_after;
     st.fault_command = o.fault;
+    st.fault_before_reply = o.fault_before_reply;
     st.idle = o.idle;
     listener l = b.listen(o.address);
     std::printf("fault_peer serve: listening on %s\n", l.address().c_str());
@@ -947,6 +976,7 @@ int main(int argc, char** argv) try {
         else if (flag == "--may-fail") so.may_fail = int(number("--may-fail", value(), 0, 1000));
         else if (flag == "--fault-after") so.fault_after = std::uint64_t(number("--fault-after", value(), 1, 1L << 40));
         else if (flag == "--fault") so.fault = value();
+        else if (flag == "--fault-before-reply") so.fault_before_reply = value();
         else if (flag == "--pressure-to") so.pressure_to = value();
         else if (flag == "--ops") so.ops = int(number("--ops", value(), 1, 100000));
         else if (flag == "--fail-within") so.fail_within = milliseconds(number("--fail-within", value(), 1, 600000));
