@@ -11,12 +11,14 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include <cordma/builder.hpp>
 #include <cordma/listener.hpp>
+#include <cordma/pending.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
@@ -43,6 +45,96 @@ task<std::string> echo_once(connection conn, std::shared_ptr<memory_pool> pool, 
     co_return std::string(reinterpret_cast<char*>(in.data()), got.length);
 }
 
+/// The client's half of burst_then_slow_accept: waits for the server's
+/// greeting and answers it with "c" in front.
+task<std::string> answer_greeting(connection conn, std::shared_ptr<memory_pool> pool) {
+    co_await conn.event_listener()->schedule();
+    local_mr in = pool->allocate(256);
+    local_mr out = pool->allocate(256);
+    auto got = co_await conn.recv(in.all());
+    std::string text = "c" + std::string(reinterpret_cast<char*>(in.data()), got.length);
+    std::memcpy(out.data(), text.data(), text.size());
+    co_await conn.send(out.slice(0, text.size()));
+    co_return text;
+}
+
+/// 64 clients connect at once, and every one is connected before the
+/// server calls accept() at all (the listener answers each as it
+/// arrives); then accept() takes them one at a time, slowly, and the
+/// server greets each, which answers.
+void burst_then_slow_accept(builder b) {
+    // 128 handshakes at once in one process (under ASan, in an emulated VM,
+    // beside whatever else keeps the cores busy) can take far longer than
+    // the default 10 s; what this test checks is that each one completes.
+    b.connect_timeout(90s);
+    test::deadline limit(150s);
+    listener l = b.listen(any_port());
+    constexpr int clients = 64;
+    std::vector<task<connection>> connects;
+    for (int i = 0; i < clients; ++i)
+        connects.push_back(b.connect(l.address()));
+    std::vector<connection> connected = sync_wait(when_all(std::move(connects)));
+    REQUIRE(connected.size() == clients);
+    auto pool = b.pool();
+    std::vector<pending<std::string>> answers;
+    for (auto& c : connected)
+        answers.push_back(start(answer_greeting(c, pool)));
+    // Each answer_greeting hopped to the event listener thread; once this
+    // hop runs after them, every client's receive is posted.
+    sync_wait([](std::shared_ptr<event_listener> el) -> task<void> { co_await el->schedule(); }(b.event_listener()));
+    int answered = 0;
+    for (int i = 0; i < clients; ++i) {
+        std::this_thread::sleep_for(10ms);  // a slow accept(): its clients are long connected
+        connection server = sync_wait(l.accept(limit.token()));
+        std::string greeting = "s" + std::to_string(i);
+        std::string answer = sync_wait(echo_once(server, pool, greeting));
+        answered += answer == "c" + greeting;
+    }
+    CHECK(answered == clients);
+    for (auto& a : answers)
+        CHECK(sync_wait(a.wait()).size() >= 2);
+}
+
+/// A listener with a backlog of 4 and no accept(): 6 clients connect at
+/// once; 4 are held (connected), the other 2 are refused until their
+/// connect_timeout (with `refusal` in the message, if given). accept()
+/// then takes the 4.
+void backlog_refusal(builder b, const std::string& refusal) {
+    b.connect_timeout(60s);
+    b.backlog(4);
+    test::deadline limit(120s);
+    listener l = b.listen(any_port());
+    builder client_side = b;
+    client_side.connect_timeout(4s);  // this copy only: how long the refused retry
+    std::vector<task<std::string>> attempts;
+    std::vector<connection> held(6);
+    for (int i = 0; i < 6; ++i)
+        attempts.push_back([](builder bb, std::string address, connection* out) -> task<std::string> {
+            try {
+                *out = co_await bb.connect(address);
+                co_return std::string();
+            } catch (const std::system_error& e) {
+                co_return std::string(e.what());
+            }
+        }(client_side, l.address(), &held[static_cast<std::size_t>(i)]));
+    std::vector<std::string> errors = sync_wait(when_all(std::move(attempts)));
+    int connected = 0, refused = 0;
+    for (const auto& e : errors) {
+        if (e.empty()) {
+            ++connected;
+            continue;
+        }
+        INFO(e);
+        ++refused;
+        if (!refusal.empty())
+            CHECK_THAT(e, Catch::Contains(refusal) && Catch::Contains("builder::backlog"));
+    }
+    CHECK(connected == 4);
+    CHECK(refused == 2);
+    for (int i = 0; i < connected; ++i)
+        CHECK_FALSE(sync_wait(l.accept(limit.token())).is_broken());
+}
+
 }  // namespace
 
 TEST_CASE("connect and accept in one process carry data both ways", "[builder]") {
@@ -59,32 +151,12 @@ TEST_CASE("connect and accept in one process carry data both ways", "[builder]")
     CHECK(client.is_broken());
 }
 
-TEST_CASE("64 clients connect to one listener at once and each exchanges data", "[builder]") {
-    builder b;
-    // 128 handshakes at once in one process (under ASan, in an emulated VM,
-    // beside whatever else keeps the cores busy) can take far longer than
-    // the default 10 s; what this test checks is that each one completes.
-    b.connect_timeout(90s);
-    // A client that gives up leaves its accept waiting for nobody: bound it.
-    test::deadline limit(120s);
-    listener l = b.listen(any_port());
-    constexpr int clients = 64;
-    std::vector<task<std::string>> work;
-    auto pool = b.pool();
-    for (int i = 0; i < clients; ++i) {
-        work.push_back([](builder bb, listener ll, std::shared_ptr<memory_pool> p, int n,
-                          std::stop_token stop) -> task<std::string> {
-            auto [s, c] = co_await when_all(ll.accept(stop), bb.connect(ll.address()));
-            auto [from_client, from_server] =
-                co_await when_all(echo_once(s, p, "s" + std::to_string(n)), echo_once(c, p, "c" + std::to_string(n)));
-            co_return from_client + "/" + from_server;
-        }(b, l, pool, i, limit.token()));
-    }
-    auto results = sync_wait(when_all(std::move(work)));
-    int matched = 0;
-    for (const auto& r : results)
-        matched += r.size() >= 4 && r[0] == 'c' && r.find("/s") != std::string::npos;
-    CHECK(matched == clients);
+TEST_CASE("64 clients connect at once before any accept(), and a slow accept() then takes every one", "[builder]") {
+    burst_then_slow_accept(test::test_builder());
+}
+
+TEST_CASE("past the listener's backlog a client is refused, saying so, and the others are held", "[builder]") {
+    backlog_refusal(test::test_builder(), "the server's backlog of 4 is full");
 }
 
 TEST_CASE("bad input gets a clear error before anything hangs", "[builder]") {
@@ -219,33 +291,15 @@ TEST_CASE("over the TCP endpoint exchange, connect and accept in one process car
     }
 }
 
-TEST_CASE("over the TCP endpoint exchange, 64 clients connect to one listener at once and each exchanges data",
+TEST_CASE("over the TCP endpoint exchange, 64 clients connect at once before any accept(), and a slow accept() "
+          "then takes every one",
           "[builder][tcp]") {
-    builder b = tcp_builder();
-    // 128 handshakes at once in one process (under ASan, in an emulated VM,
-    // beside whatever else keeps the cores busy) can take far longer than
-    // the default 10 s; what this test checks is that each one completes.
-    b.connect_timeout(90s);
-    // A client that gives up leaves its accept waiting for nobody: bound it.
-    test::deadline limit(120s);
-    listener l = b.listen(any_port());
-    constexpr int clients = 64;
-    std::vector<task<std::string>> work;
-    auto pool = b.pool();
-    for (int i = 0; i < clients; ++i) {
-        work.push_back([](builder bb, listener ll, std::shared_ptr<memory_pool> p, int n,
-                          std::stop_token stop) -> task<std::string> {
-            auto [s, c] = co_await when_all(ll.accept(stop), bb.connect(ll.address()));
-            auto [from_client, from_server] =
-                co_await when_all(echo_once(s, p, "s" + std::to_string(n)), echo_once(c, p, "c" + std::to_string(n)));
-            co_return from_client + "/" + from_server;
-        }(b, l, pool, i, limit.token()));
-    }
-    auto results = sync_wait(when_all(std::move(work)));
-    int matched = 0;
-    for (const auto& r : results)
-        matched += r.size() >= 4 && r[0] == 'c' && r.find("/s") != std::string::npos;
-    CHECK(matched == clients);
+    burst_then_slow_accept(tcp_builder());
+}
+
+TEST_CASE("over the TCP endpoint exchange, past the listener's backlog a client is refused and the others are held",
+          "[builder][tcp]") {
+    backlog_refusal(tcp_builder(), "");
 }
 
 TEST_CASE("over the TCP endpoint exchange, a peer that never answers times out after the connect timeout",

@@ -144,13 +144,22 @@ TEST_CASE("the rdma_cm hello and reply are recognised, and anything else is not"
         CHECK_FALSE(detail::cm_reply::from(carrying(&reply, sizeof reply)).has_value());
         CHECK_FALSE(detail::cm_reply::from(carrying(&hello, sizeof hello)).has_value());
     }
-    SECTION("a refusal names one of two reasons, and nothing else is one") {
+    SECTION("a refusal names one of three reasons, and nothing else is one") {
         detail::cm_refusal refusal;
         refusal.reason = detail::cm_refusal::listener_without_agent;
         auto r = detail::cm_refusal::from(carrying(&refusal, sizeof refusal));
         REQUIRE(r.has_value());
         CHECK(r->reason == detail::cm_refusal::listener_without_agent);
-        refusal.reason = 3;
+        refusal.reason = 4;
+        CHECK_FALSE(detail::cm_refusal::from(carrying(&refusal, sizeof refusal)).has_value());
+        // A full backlog names its size, and only it carries one.
+        refusal.reason = detail::cm_refusal::backlog_full;
+        CHECK_FALSE(detail::cm_refusal::from(carrying(&refusal, sizeof refusal)).has_value());
+        refusal.backlog = 256;
+        r = detail::cm_refusal::from(carrying(&refusal, sizeof refusal));
+        REQUIRE(r.has_value());
+        CHECK(r->backlog == 256);
+        refusal.reason = detail::cm_refusal::listener_with_agent;
         CHECK_FALSE(detail::cm_refusal::from(carrying(&refusal, sizeof refusal)).has_value());
         CHECK_FALSE(detail::cm_refusal::from(carrying(&hello, sizeof hello)).has_value());
         CHECK_FALSE(detail::cm_refusal::from(carrying(nullptr, 0)).has_value());
@@ -170,7 +179,7 @@ TEST_CASE("the rdma_cm hello and reply are recognised, and anything else is not"
         CHECK_FALSE(detail::cm_reply::from(carrying(&reply, sizeof reply)).has_value());
         detail::cm_refusal refusal;
         refusal.reason = detail::cm_refusal::listener_with_agent;
-        refusal.reserved = 0x3a;  // the fuzzer's input: "NMDC" 1 1 0x3a 0
+        refusal.backlog = 0x3a;  // the fuzzer's input: "NMDC" 1 1 0x3a 0
         CHECK_FALSE(detail::cm_refusal::from(carrying(&refusal, sizeof refusal)).has_value());
     }
 }

@@ -110,6 +110,13 @@ struct CORDMA_API connection_settings {
     /// retried until it passes; the whole handshake, and each accept
     /// handshake, must finish within it.
     std::chrono::milliseconds connect_timeout{10'000};
+    /// Clients a listener holds at once, as TCP's listen backlog: those
+    /// whose handshake is under way (the listener answers every client as
+    /// it arrives, whether or not an accept() is waiting) and those
+    /// connected and waiting for accept(). Past it a client is refused,
+    /// saying the backlog is full, and retries until its connect_timeout.
+    /// 1 to 65535; listen() only.
+    std::size_t backlog = 256;
     /// How peers exchange their queue pairs' endpoints.
     endpoint_exchange exchange = endpoint_exchange::rdma_cm;
     /// What peers may take from this side through the memory-region agent.
@@ -218,6 +225,9 @@ public:
     /// The connect deadline (positive): refused connects are retried until
     /// it passes, and each handshake must finish within it.
     builder& connect_timeout(std::chrono::milliseconds limit);
+    /// Clients a listener made from this builder holds at once
+    /// (connection_settings::backlog; 1 to 65535).
+    builder& backlog(std::size_t clients);
     /// How peers exchange their queue pairs' endpoints: rdma_cm (the
     /// default) or a TCP connection.
     builder& exchange(endpoint_exchange how);

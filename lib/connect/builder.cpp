@@ -101,6 +101,13 @@ builder& builder::connect_timeout(std::chrono::milliseconds limit) {
     settings_.connect_timeout = limit;
     return *this;
 }
+builder& builder::backlog(std::size_t clients) {
+    if (clients == 0 || clients > 65535)
+        throw std::invalid_argument("builder::backlog: " + std::to_string(clients) +
+                                    " clients; it must be 1 to 65535");
+    settings_.backlog = clients;
+    return *this;
+}
 builder& builder::exchange(endpoint_exchange how) { settings_.exchange = how; return *this; }
 builder& builder::agent_limits(const cordma::agent_limits& limits) { settings_.agent = limits; return *this; }
 builder& builder::agent(bool enabled) { settings_.with_agent = enabled; return *this; }

@@ -1,5 +1,6 @@
 #include "connect/rdma_cm/cm_acceptor.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -27,7 +28,7 @@ void reject(rdma_cm_id* id) noexcept {
 }  // namespace
 
 cm_acceptor::cm_acceptor(std::shared_ptr<runtime> rt, connection_settings settings, const socket_address& where)
-    : rt_(std::move(rt)), settings_(std::move(settings)), requests_(waiter_queue<connect_request>::make(rt_->event_listener)) {
+    : rt_(std::move(rt)), settings_(std::move(settings)), ready_(waiter_queue<connection>::make(rt_->event_listener)) {
     on_event = &cm_acceptor::dispatch;
     std::string wanted = where.to_string();
     check_minus_one(rdma_create_id(detail::event_listener_access::cm_channel(*rt_->event_listener), &id_, static_cast<cm_target*>(this), RDMA_PS_TCP),
@@ -46,7 +47,10 @@ cm_acceptor::cm_acceptor(std::shared_ptr<runtime> rt, connection_settings settin
                                             rt_->event_listener->device()->name() + "; set builder::device");
             qp_options(settings_, *rt_->event_listener->device(), rdma_get_local_addr(id_), id_->port_num, qp_role::data);
         }
-        check_minus_one(rdma_listen(id_, 128), [&] { return "rdma_listen(" + wanted + ", backlog=128)"; });
+        // The kernel's backlog counts connect requests this process has not
+        // read yet; they are read at once, and held against
+        // settings_.backlog here.
+        check_minus_one(rdma_listen(id_, 1024), [&] { return "rdma_listen(" + wanted + ", backlog=1024)"; });
     } catch (...) {
         rdma_destroy_id(id_);
         throw;
@@ -94,16 +98,24 @@ void cm_acceptor::on_cm_event(const cm_event_copy& event) noexcept {
             return refuse_client(event.id, cm_refusal::listener_without_agent,
                                  "it is a cordma client with the agent on, and this listener has "
                                  "builder::agent(false); connect with builder::agent(false)");
-        connect_request request{event.id, hello, {}, {}};
+        if (ready_->closed())
+            return reject(event.id);
+        if (held() >= settings_.backlog)
+            return refuse_full(event.id);
+        if (refused_full_ > 0) {
+            detail::logf(log_level::warning,
+                         "cordma: listener %s: its backlog has room again, after refusing %zu client(s) while full",
+                         address_.c_str(), refused_full_);
+            refused_full_ = 0;
+        }
+        connect_request request{event.id, hello, {}};
         if (!hello)
             request.private_data = private_data_of(event);
-        if (auto refused = requests_->push(std::move(request)))
-            reject(refused->id);
-        return;
+        return admit(std::move(request));
     }
     if (event.id != id_) {
-        // A client that went away before anyone accepted it.
-        requests_->erase_if([&](const connect_request& r) { return r.id == event.id; });
+        // A client that went away while waiting for its handshake.
+        std::erase_if(waiting_, [&](const connect_request& r) { return r.id == event.id; });
         std::erase_if(early_control_, [&](const auto& entry) {
             if (entry.second.id != event.id)
                 return false;
@@ -122,13 +134,26 @@ void cm_acceptor::refuse_client(rdma_cm_id* id, cm_refusal::reason_type reason, 
     rdma_destroy_id(id);
 }
 
+void cm_acceptor::refuse_full(rdma_cm_id* id) noexcept {
+    if (refused_full_++ == 0)
+        detail::logf(log_level::warning,
+                     "cordma: listener %s: refused a client from %s: its backlog of %zu is full (%zu handshaking, "
+                     "%zu waiting to, %zu connected and waiting for accept()); it retries until its "
+                     "connect_timeout. Raise builder::backlog, or accept() sooner",
+                     address_.c_str(), peer_of(id).c_str(), settings_.backlog, handshakes_, waiting_.size(),
+                     ready_->ready());
+    cm_refusal refusal;
+    refusal.reason = cm_refusal::backlog_full;
+    refusal.backlog = static_cast<std::uint16_t>(std::min<std::size_t>(settings_.backlog, 65535));
+    rdma_reject(id, &refusal, sizeof refusal);
+    rdma_destroy_id(id);
+}
+
 void cm_acceptor::shut() noexcept {
-    for (auto& request : requests_->close()) {
-        if (request.accepted)
-            request.accepted.shut_down();
-        else
-            reject(request.id);
-    }
+    for (auto& conn : ready_->close())
+        conn.shut_down();
+    for (auto& request : std::exchange(waiting_, {}))
+        reject(request.id);
     for (auto& [token, early] : std::exchange(early_control_, {})) {
         early.expiry->cancel();
         reject(early.id);
@@ -202,16 +227,35 @@ void cm_acceptor::accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept
 task<connection> cm_acceptor::accept(std::stop_token token) {
     std::shared_ptr<cm_acceptor> self = self_.lock();  // alive across the suspensions
     co_await rt_->event_listener->schedule();
-    for (;;) {
-        std::optional<connect_request> request = co_await requests_->pop(token, "accept", address_);
-        if (!request)
-            throw disconnected_error("accept", address_, "the listener is closed");
-        if (request->accepted)
-            co_return std::move(request->accepted);
-        // Each client's handshake runs on its own: one that stalls (it
-        // never answers the accept) holds up nobody else for its
-        // connect_timeout. Its connection comes back through requests_.
-        spawn_detached(handshake(self, std::move(*request)), [](std::exception_ptr) {});
+    std::optional<connection> conn = co_await ready_->pop(token, "accept", address_);
+    if (!conn)
+        throw disconnected_error("accept", address_, "the listener is closed");
+    co_return std::move(*conn);
+}
+
+void cm_acceptor::admit(connect_request request) noexcept {
+    if (handshakes_ >= max_handshakes) {
+        waiting_.push_back(std::move(request));
+        return;
+    }
+    ++handshakes_;
+    // Each client's handshake runs on its own: one that stalls (it never
+    // answers the accept) holds up nobody else for its connect_timeout.
+    try {
+        spawn_detached(handshake(self_.lock(), std::move(request)), [](std::exception_ptr) {});
+    } catch (...) {
+        // No memory for the coroutine: the request went with it, unanswered;
+        // the client's connect times out.
+        handshake_ended();
+    }
+}
+
+void cm_acceptor::handshake_ended() noexcept {
+    --handshakes_;
+    if (!waiting_.empty() && !ready_->closed()) {
+        connect_request next = std::move(waiting_.front());
+        waiting_.pop_front();
+        admit(std::move(next));
     }
 }
 
@@ -241,17 +285,17 @@ task<void> cm_acceptor::handshake(std::shared_ptr<cm_acceptor>, connect_request 
                 accept_control(parked.id, parked.hello);
             }
         }
-        connect_request done;
-        done.accepted = std::move(conn);
-        if (auto refused = requests_->push(std::move(done)))
-            refused->accepted.shut_down();  // the listener closed meanwhile
-        co_return;
+        if (auto refused = ready_->push(std::move(conn)))
+            refused->shut_down();  // the listener closed meanwhile
     } catch (const std::exception& e) {
         failure = e.what();
     }
     // One client that could not be set up (gave up mid-handshake, could
     // not agree on the path) is dropped; the listener goes on.
-    detail::logf(log_level::warning, "cordma: listener %s: dropped a client: %s", address_.c_str(), failure.c_str());
+    if (!failure.empty())
+        detail::logf(log_level::warning, "cordma: listener %s: dropped a client: %s", address_.c_str(),
+                     failure.c_str());
+    handshake_ended();
 }
 
 void cm_acceptor::close() {

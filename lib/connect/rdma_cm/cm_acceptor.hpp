@@ -1,16 +1,19 @@
 #pragma once
-/// A listening rdma_cm id: connect requests wait in a waiter_queue until an
-/// accept() takes them and starts their handshakes, each on its own (a
-/// client that stalls mid-handshake holds up nobody else), whose
-/// connections then wait in the same queue for the next accept(); the
-/// agents' control QPs that follow accepted
-/// connections are paired with them by token. A listener with the agent
-/// takes only clients that send cordma's hello; one with
+/// A listening rdma_cm id. Every client is answered as it arrives, with no
+/// accept() needed: its handshake runs in the background (at most
+/// max_handshakes at once, the others waiting their turn), and its
+/// connection then waits for the next accept(). Clients held (handshaking,
+/// waiting to, or connected and not yet accepted) never exceed
+/// builder::backlog: past it a client is refused with a cm_refusal saying
+/// so, which it retries until its connect_timeout. The agents' control QPs
+/// that follow are paired with their connections by token. A listener
+/// with the agent takes only clients that send cordma's hello; one with
 /// builder::agent(false) only clients that do not (plain ones); each
 /// refuses the others at once, with a cm_refusal saying why, and logs it.
 /// Event listener thread only; destroyed there.
 
 #include <cstddef>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -37,9 +40,6 @@ struct connect_request {
     std::optional<cm_hello> hello;
     /// What a plain client sent (builder::agent(false) listeners).
     std::vector<std::byte> private_data;
-    /// Instead of all the above: a client whose handshake has completed,
-    /// for the next accept().
-    connection accepted;
 };
 
 class cm_acceptor : public cm_target, public acceptor {
@@ -63,17 +63,36 @@ private:
     /// A control request that came before its connection's handshake had
     /// ended here: refused once connect_timeout has passed without it.
     void expire_early_control(std::uint64_t token) noexcept;
+    /// Starts the client's handshake now, or queues it while
+    /// max_handshakes are under way.
+    void admit(connect_request request) noexcept;
     /// The server's half of a client's handshake, bounded by
-    /// connect_timeout; its connection then queues for accept().
+    /// connect_timeout; its connection then queues for accept(), and the
+    /// next waiting client's handshake starts.
     task<void> handshake(std::shared_ptr<cm_acceptor> self, connect_request request);
+    void handshake_ended() noexcept;
+    /// Clients held now: handshaking, waiting to, or waiting for accept().
+    std::size_t held() const noexcept { return handshakes_ + waiting_.size() + ready_->ready(); }
     void refuse_client(rdma_cm_id* id, cm_refusal::reason_type reason, const char* why) noexcept;
+    void refuse_full(rdma_cm_id* id) noexcept;
     void shut() noexcept;
+
+    /// Handshakes under way at once, at most (each holds a QP and a
+    /// coroutine frame until its client answers or connect_timeout ends it).
+    static constexpr std::size_t max_handshakes = 64;
 
     std::shared_ptr<runtime> rt_;
     connection_settings settings_;
     rdma_cm_id* id_ = nullptr;
     std::string address_;
-    std::shared_ptr<waiter_queue<connect_request>> requests_;
+    // Connected clients, for accept().
+    std::shared_ptr<waiter_queue<connection>> ready_;
+    // Clients that came while max_handshakes were under way, oldest first.
+    std::deque<connect_request> waiting_;
+    std::size_t handshakes_ = 0;
+    // Clients refused since the backlog last had room (logged once per
+    // stretch, not once per client of a storm).
+    std::size_t refused_full_ = 0;
     // Accepted connections whose agent's control QP has yet to arrive.
     std::map<std::uint64_t, std::weak_ptr<connection_state>> awaiting_control_;
     // Control QP requests that arrived before their data QP's handshake had

@@ -19,6 +19,13 @@ std::uint64_t random_token() {
     return generator() | 1;
 }
 
+/// Between half of `backoff` and all of it.
+std::chrono::milliseconds jittered(std::chrono::milliseconds backoff) {
+    static thread_local std::mt19937 generator{std::random_device{}()};
+    std::uniform_int_distribution<std::int64_t> pick(backoff.count() / 2, backoff.count());
+    return std::chrono::milliseconds(pick(generator));
+}
+
 }  // namespace
 
 task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where) {
@@ -48,7 +55,9 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
                 throw;
             refused = std::current_exception();
         }
-        co_await after(*rt->event_listener, backoff);
+        // Jittered: the clients of a storm that were refused together
+        // (a full backlog) come back spread out, not together again.
+        co_await after(*rt->event_listener, jittered(backoff));
     }
     std::string peer = data->cm->peer();
     connection conn = assemble([&] {

@@ -40,7 +40,15 @@ std::vector<std::byte> private_data_of(const cm_event_copy& event) {
     if (event->type == RDMA_CM_EVENT_REJECTED) {
         // A cordma listener whose builder::agent differs says so; that is
         // final, unlike nothing listening yet.
-        if (auto refusal = cm_refusal::from(*event))
+        auto refusal = cm_refusal::from(*event);
+        if (refusal && refusal->reason == cm_refusal::backlog_full)
+            throw connect_error(std::make_error_code(std::errc::connection_refused),
+                                "connect to " + peer + ": refused: the server's backlog of " +
+                                    std::to_string(refusal->backlog) +
+                                    " is full (clients connecting or waiting for its accept()); retried until "
+                                    "builder::connect_timeout: raise builder::backlog on the listener, or "
+                                    "connect_timeout here");
+        if (refusal)
             throw connect_error(
                 std::make_error_code(std::errc::protocol_not_supported),
                 "connect to " + peer + ": refused: " +

@@ -7,7 +7,8 @@
 /// cm_reply, in the accept: the MTU both sides then use (the smaller cap).
 /// cm_refusal, in a reject: why a cordma listener refused a client whose
 /// builder::agent does not match its own, so that a cordma client fails at
-/// once with that reason instead of retrying as if nothing listened.
+/// once with that reason instead of retrying as if nothing listened; or
+/// that its backlog is full, which the client retries until its deadline.
 /// Connections without an agent (builder::agent(false)) send none of these:
 /// the user's private data instead. Each `from` accepts only what cordma
 /// writes: reserved bytes zero, as the other formats require.
@@ -80,11 +81,16 @@ struct cm_refusal {
         listener_without_agent = 1,
         /// The listener has the agent; the client sent no hello.
         listener_with_agent = 2,
+        /// The listener's backlog (builder::backlog) is full: clients
+        /// connecting or waiting for accept() (a client retries it).
+        backlog_full = 3,
     };
     std::uint32_t magic = expected_magic;
     std::uint8_t version = 1;
     std::uint8_t reason = 0;
-    std::uint16_t reserved = 0;
+    /// With backlog_full: the listener's backlog (at least 1; 65535 for any
+    /// larger). Zero with the other reasons.
+    std::uint16_t backlog = 0;
 
     static std::optional<cm_refusal> from(const cm_event_copy& event) {
         cm_refusal r;
@@ -92,7 +98,8 @@ struct cm_refusal {
             return std::nullopt;
         std::memcpy(&r, event.private_data.data(), sizeof r);
         if (r.magic != expected_magic || r.version != 1 ||
-            (r.reason != listener_without_agent && r.reason != listener_with_agent) || r.reserved != 0)
+            (r.reason != listener_without_agent && r.reason != listener_with_agent && r.reason != backlog_full) ||
+            (r.reason == backlog_full) != (r.backlog != 0))
             return std::nullopt;
         return r;
     }

@@ -58,17 +58,10 @@ task<connection> tcp_acceptor::accept(std::stop_token token) {
     // Keeps us alive across the suspensions.
     std::shared_ptr<tcp_acceptor> self = shared_from_this();
     co_await rt_->event_listener->schedule();
-    for (;;) {
-        std::optional<std::shared_ptr<accepted_client>> client = co_await clients_->pop(token, "accept", address_);
-        if (!client)
-            throw disconnected_error("accept", address_, "the listener is closed");
-        if ((*client)->accepted)
-            co_return std::move((*client)->accepted);
-        // Each client's handshake runs on its own: one that stalls (half an
-        // endpoint message, then silence) holds up nobody else for its
-        // connect_timeout. Its connection comes back through clients_.
-        spawn_detached(handshake_and_queue(self, std::move(*client)), [](std::exception_ptr) {});
-    }
+    std::optional<std::shared_ptr<accepted_client>> client = co_await clients_->pop(token, "accept", address_);
+    if (!client)
+        throw disconnected_error("accept", address_, "the listener is closed");
+    co_return std::move((*client)->accepted);
 }
 
 // The first parameter keeps the acceptor alive until the handshake ends.
@@ -81,14 +74,40 @@ task<void> tcp_acceptor::handshake_and_queue(std::shared_ptr<tcp_acceptor>, std:
         done->accepted = co_await handshake(std::move(client));
         if (auto refused = clients_->push(std::move(done)))
             (*refused)->accepted.shut_down();  // the listener closed meanwhile
-        co_return;
     } catch (const std::exception& e) {
         failure = e.what();
     }
     // The client gave up, timed out, is not a cordma peer or could
     // not agree on the path: drop it.
-    detail::logf(log_level::warning, "cordma: listener %s: dropped a client from %s: %s", address_.c_str(),
-                 peer.c_str(), failure.c_str());
+    if (!failure.empty())
+        detail::logf(log_level::warning, "cordma: listener %s: dropped a client from %s: %s", address_.c_str(),
+                     peer.c_str(), failure.c_str());
+    handshake_ended();
+}
+
+void tcp_acceptor::admit(std::shared_ptr<accepted_client> client) noexcept {
+    if (handshakes_ >= max_handshakes) {
+        waiting_.push_back(std::move(client));
+        return;
+    }
+    ++handshakes_;
+    // Each client's handshake runs on its own: one that stalls (half an
+    // endpoint message, then silence) holds up nobody else for its
+    // connect_timeout.
+    try {
+        spawn_detached(handshake_and_queue(shared_from_this(), std::move(client)), [](std::exception_ptr) {});
+    } catch (...) {
+        handshake_ended();  // no memory: the client's socket closed with it
+    }
+}
+
+void tcp_acceptor::handshake_ended() noexcept {
+    --handshakes_;
+    if (!waiting_.empty() && !clients_->closed()) {
+        auto next = std::move(waiting_.front());
+        waiting_.pop_front();
+        admit(std::move(next));
+    }
 }
 
 void tcp_acceptor::close() {
@@ -111,7 +130,9 @@ tcp_acceptor::tcp_acceptor(std::shared_ptr<runtime> rt, connection_settings sett
         fail("setsockopt(SO_REUSEADDR)");
     if (io_->acceptor.bind(endpoint, ec); ec)
         fail("bind");
-    if (io_->acceptor.listen(128, ec); ec)
+    // Clients are taken from the kernel's queue as they come and held
+    // against settings_.backlog here.
+    if (io_->acceptor.listen(1024, ec); ec)
         fail("listen");
     tcp::endpoint bound = io_->acceptor.local_endpoint(ec);
     if (ec)
@@ -160,7 +181,25 @@ void tcp_acceptor::accept_next(std::shared_ptr<accept_io> io, event_listener* el
 }
 
 void tcp_acceptor::on_accepted(std::shared_ptr<accepted_client> client) {
-    clients_->push(std::move(client));  // after close() it is dropped: the socket closes
+    if (clients_->closed())
+        return;  // dropped: the socket closes
+    if (held() >= settings_.backlog) {
+        if (refused_full_++ == 0)
+            detail::logf(log_level::warning,
+                         "cordma: listener %s: refused a client from %s: its backlog of %zu is full (%zu "
+                         "handshaking, %zu waiting to, %zu connected and waiting for accept()). Raise "
+                         "builder::backlog, or accept() sooner",
+                         address_.c_str(), client->peer.c_str(), settings_.backlog, handshakes_, waiting_.size(),
+                         clients_->ready());
+        return;  // its socket closes: the client's exchange fails
+    }
+    if (refused_full_ > 0) {
+        detail::logf(log_level::warning,
+                     "cordma: listener %s: its backlog has room again, after refusing %zu client(s) while full",
+                     address_.c_str(), refused_full_);
+        refused_full_ = 0;
+    }
+    admit(std::move(client));
 }
 
 task<connection> tcp_acceptor::handshake(std::shared_ptr<accepted_client> client) {
@@ -180,6 +219,7 @@ void tcp_acceptor::shut() noexcept {
     for (auto& client : clients_->close())
         if (client->accepted)
             client->accepted.shut_down();
+    waiting_.clear();  // their sockets close
     try {
         asio::post(service_->context(), [io = io_] { io->close(); });
     } catch (const std::exception&) {

@@ -4,6 +4,7 @@
 /// descriptors, to accept(), which runs the server's half of the handshake.
 /// Threads and lifetimes: see tcp_io.hpp.
 
+#include <deque>
 #include <memory>
 #include <stop_token>
 #include <string>
@@ -52,9 +53,10 @@ struct accept_io {
     asio::steady_timer retry;
 };
 
-/// A listening TCP socket: clients the io thread accepts wait here until an
-/// accept() takes them and starts the handshake; each handshake runs on its
-/// own, and its connection waits here for the next accept(). Event listener
+/// A listening TCP socket: each client the io thread accepts starts its
+/// handshake at once (at most max_handshakes at a time, the others waiting
+/// their turn), and its connection waits here for the next accept();
+/// clients held never exceed builder::backlog. Event listener
 /// thread; destroyed there.
 class tcp_acceptor final : public acceptor, public std::enable_shared_from_this<tcp_acceptor> {
 public:
@@ -79,8 +81,14 @@ private:
     /// goes to the event listener thread as a descriptor.
     static void accept_next(std::shared_ptr<accept_io> io, event_listener* el, std::weak_ptr<tcp_acceptor> owner);
 
-    /// Event listener thread.
+    /// Event listener thread: the client's handshake starts now (or once
+    /// one of max_handshakes ends), whether or not an accept() waits;
+    /// past builder::backlog the client is closed, and logged.
     void on_accepted(std::shared_ptr<accepted_client> client);
+    void admit(std::shared_ptr<accepted_client> client) noexcept;
+    void handshake_ended() noexcept;
+    std::size_t held() const noexcept { return handshakes_ + waiting_.size() + clients_->ready(); }
+    static constexpr std::size_t max_handshakes = 64;
 
     /// Event listener thread: the server's half of the handshake, bounded by
     /// connect_timeout.
@@ -98,8 +106,13 @@ private:
     tcp_service* service_;
     std::shared_ptr<accept_io> io_;
     std::string address_;
+    // Connected clients, for accept().
     std::shared_ptr<waiter_queue<std::shared_ptr<accepted_client>>> clients_ =
         waiter_queue<std::shared_ptr<accepted_client>>::make(rt_->event_listener);
+    // Clients that came while max_handshakes were under way, oldest first.
+    std::deque<std::shared_ptr<accepted_client>> waiting_;
+    std::size_t handshakes_ = 0;
+    std::size_t refused_full_ = 0;
 };
 
 }  // namespace cordma::detail
