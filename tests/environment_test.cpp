@@ -1,9 +1,9 @@
-// What a new user's host gets wrong, tried on a real device: the pool's
-// registration size (the setting a small locked-memory limit needs), an
-// address no route or no host answers, a TCP exchange error compared with
-// std::errc, and (run by tests/environment_memlock.sh without CAP_IPC_LOCK
-// under a 4 MiB limit) the locked-memory error and the builder setting that
-// gets past it.
+// What a new user's host gets wrong, tried on a real device: an address no
+// route or no host answers, a TCP exchange error compared with std::errc,
+// and (run by tests/environment_memlock.sh without CAP_IPC_LOCK under a
+// 4 MiB limit) the locked-memory error and the builder setting that gets
+// past it (the pool's registration size, whose own tests are in
+// memory_pool_test.cpp).
 
 #include <sys/resource.h>
 
@@ -21,10 +21,12 @@
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
 
+#include "support/pool_round_trip.hpp"
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
 using test::any_port;
+using test::round_trip;
 using test::test_builder;
 using namespace std::chrono_literals;
 
@@ -37,23 +39,6 @@ std::string silent_neighbour() {
     return a.substr(0, a.rfind('.')) + ".213";
 }
 
-/// A server and a client of `b` in one process write 4 KiB to each other's
-/// granted memory and read it back; returns what the client read.
-task<std::string> round_trip(builder& b) {
-    listener l = b.listen(any_port());
-    auto [server, client] = co_await when_all(l.accept(), b.connect(l.address()));
-    remote_mr theirs = co_await client.request_remote_mr(4096);
-    local_mr mine = b.pool()->allocate(4096);
-    std::string text = "bytes that crossed rxe under a small memlock limit";
-    std::memcpy(mine.data(), text.data(), text.size());
-    co_await client.write(mine.slice(0, text.size()), theirs.slice(0, text.size()));
-    std::memset(mine.data(), 0, 4096);
-    co_await client.read(mine.slice(0, text.size()), theirs.slice(0, text.size()));
-    std::string got(reinterpret_cast<const char*>(mine.data()), text.size());
-    co_await client.close();
-    co_return got;
-}
-
 bool has_ipc_lock() {
     std::ifstream status("/proc/self/status");
     std::string line;
@@ -64,54 +49,6 @@ bool has_ipc_lock() {
 }
 
 }  // namespace
-
-TEST_CASE("the pool registers in chunks of builder::pool_chunk_size, and up front with pool_initial_size",
-          "[environment]") {
-    SECTION("small chunks") {
-        builder b = test_builder();
-        b.pool_chunk_size(64 << 10);
-        auto pool = b.pool();
-        CHECK(pool->chunk_size() == (64u << 10));
-        CHECK(pool->bytes_registered() == 0);
-        local_mr a = pool->allocate(1000);
-        CHECK(pool->bytes_registered() == (64u << 10));
-        local_mr big = pool->allocate(100 << 10);  // larger than a chunk: a chunk of its own
-        CHECK(pool->chunk_count() == 2);
-        CHECK(pool->bytes_registered() == (64u << 10) + (100u << 10));
-    }
-    SECTION("registered up front") {
-        builder b = test_builder();
-        b.pool_chunk_size(64 << 10).pool_initial_size(200 << 10);
-        auto pool = b.pool();
-        CHECK(pool->chunk_count() == 4);  // 200 KiB in 64 KiB chunks
-        CHECK(pool->bytes_registered() == (256u << 10));
-        local_mr a = pool->allocate(100 << 10);
-        CHECK(pool->chunk_count() == 5);  // larger than a chunk
-    }
-    SECTION("a connection made with small chunks carries data") {
-        builder b = test_builder();
-        b.pool_chunk_size(16 << 10);
-        CHECK(sync_wait(round_trip(b)) == "bytes that crossed rxe under a small memlock limit");
-        CHECK(b.pool()->chunk_size() == (16u << 10));
-    }
-    SECTION("once the pool exists, a different size is refused, not ignored") {
-        builder b = test_builder();
-        b.pool();
-        CHECK_THROWS_WITH(b.pool_chunk_size(1 << 20), Catch::Contains("builder::pool_chunk_size(1048576)") &&
-                                                           Catch::Contains("already exists"));
-        CHECK_THROWS_WITH(b.pool_initial_size(1 << 20), Catch::Contains("builder::pool_initial_size(1048576)"));
-        CHECK_NOTHROW(b.pool_chunk_size(4 << 20));  // the size it has
-    }
-    SECTION("less than a page is refused") {
-        builder b;
-        CHECK_THROWS_AS(b.pool_chunk_size(4095), std::invalid_argument);
-        connection_settings s;
-        s.pool_chunk_size = 100;
-        builder direct(s);
-        direct.device(test::test_device_name());
-        CHECK_THROWS_WITH(direct.pool(), Catch::Contains("pool_chunk_size=100"));
-    }
-}
 
 TEST_CASE("an address no host answers is unreachable, and the error says through which netdev", "[environment]") {
     for (auto how : {endpoint_exchange::rdma_cm, endpoint_exchange::tcp}) {

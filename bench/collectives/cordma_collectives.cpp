@@ -25,7 +25,6 @@
 #include <time.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +42,8 @@
 #include <cordma/local_mr.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
+
+#include "../lib/bench_options.hpp"
 
 using namespace cordma;
 
@@ -76,9 +77,10 @@ struct config {
     polling_mode polling = polling_mode::event;
 };
 
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using cordma_bench::option_reader;
+using cordma_bench::parse_polling;
+using cordma_bench::usage_error;
+using cordma_bench::parse_number;
 
 void usage(std::FILE* out) {
     std::fprintf(out,
@@ -96,44 +98,21 @@ void usage(std::FILE* out) {
                  "One JSON line per collective and size on rank 0's stdout.\n");
 }
 
-long parse_count(std::string_view what, std::string_view s, long lo, long hi) {
-    long v = 0;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc{} || end != s.data() + s.size() || v < lo || v > hi)
-        throw usage_error(std::string(what) + " wants a number from " + std::to_string(lo) + " to " +
-                          std::to_string(hi) + ", got '" + std::string(s) + "'");
-    return v;
-}
-
 config parse(int argc, char** argv) {
     config cfg;
-    for (int i = 1; i < argc; ++i) {
-        std::string_view arg = argv[i];
-        std::string_view name = arg, inline_value;
-        bool has_inline = false;
-        if (auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-            name = arg.substr(0, eq);
-            inline_value = arg.substr(eq + 1);
-            has_inline = true;
-        }
-        auto value = [&]() -> std::string_view {
-            if (has_inline) return inline_value;
-            if (i + 1 >= argc) throw usage_error(std::string(name) + " needs a value");
-            return argv[++i];
-        };
-        if (name == "-h" || name == "--help") {
-            usage(stdout);
-            std::exit(0);
-        } else if (name == "-n" || name == "--iters") {
-            cfg.iters = static_cast<int>(parse_count(name, value(), 1, 1000000));
+    for (option_reader options(argc, argv, usage); options.next();) {
+        std::string_view arg = options.arg(), name = options.name();
+        auto value = [&] { return options.value(); };
+        if (name == "-n" || name == "--iters") {
+            cfg.iters = static_cast<int>(parse_number(name, value(), 1, 1000000));
         } else if (name == "--min-iters") {
-            cfg.min_iters = static_cast<int>(parse_count(name, value(), 1, 1000000));
+            cfg.min_iters = static_cast<int>(parse_number(name, value(), 1, 1000000));
         } else if (name == "-w" || name == "--warmup") {
-            cfg.warmup = static_cast<int>(parse_count(name, value(), 0, 1000000));
+            cfg.warmup = static_cast<int>(parse_number(name, value(), 0, 1000000));
         } else if (name == "--min-size") {
-            cfg.min_size = static_cast<std::size_t>(parse_count(name, value(), 8, 1L << 30));
+            cfg.min_size = static_cast<std::size_t>(parse_number(name, value(), 8, 1L << 30));
         } else if (name == "-m" || name == "--max-size") {
-            cfg.max_size = static_cast<std::size_t>(parse_count(name, value(), 8, 1L << 30));
+            cfg.max_size = static_cast<std::size_t>(parse_number(name, value(), 8, 1L << 30));
         } else if (name == "-o" || name == "--ops") {
             std::fill(std::begin(cfg.want), std::end(cfg.want), false);
             std::string_view list = value();
@@ -151,12 +130,7 @@ config parse(int argc, char** argv) {
         } else if (name == "-d" || name == "--device") {
             cfg.device = std::string(value());
         } else if (name == "-p" || name == "--polling") {
-            auto v = value();
-            if (v == "event") cfg.polling = polling_mode::event;
-            else if (v == "busy") cfg.polling = polling_mode::busy;
-            else if (v == "yielding") cfg.polling = polling_mode::yielding;
-            else if (v == "adaptive") cfg.polling = polling_mode::adaptive;
-            else throw usage_error("--polling: '" + std::string(v) + "' is not event, busy or adaptive");
+            cfg.polling = parse_polling(value(), "event, busy or adaptive");
         } else {
             throw usage_error("unknown option '" + std::string(arg) + "'");
         }

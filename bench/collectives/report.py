@@ -15,15 +15,12 @@ compare. Works with one implementation alone: the other's cells say why
 they are empty.
 """
 
-import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import module_report  # noqa: E402
+from module_report import arguments, cell, plotting, public, ratio, stats, where, write  # noqa: E402
 from report_format import fmt, human, short  # noqa: E402
 
 OPS = ["barrier", "bcast", "alltoall", "allgather", "allreduce"]
@@ -37,22 +34,11 @@ WHAT = {
 }
 
 
-
-
-
 def load(raw_path):
+    """raw.jsonl's result lines and its "run" lines (one per program run)."""
     results, runs = [], []
-    with open(raw_path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                print(f"report.py: skipping a line that is not JSON: {line[:120]}", file=sys.stderr)
-                continue
-            (runs if rec.get("kind") == "run" else results).append(rec)
+    for rec in module_report.load(raw_path):
+        (runs if rec.get("kind") == "run" else results).append(rec)
     return results, runs
 
 
@@ -65,8 +51,7 @@ def aggregate(results):
         c["p90_us"].append(r["p90_us"])
     out = {}
     for key, c in cells.items():
-        out[key] = {m: {"median": statistics.median(c[m]), "min": min(c[m]), "max": max(c[m]), "values": c[m]}
-                    for m in ("p50_us", "p90_us")}
+        out[key] = {m: stats(c[m]) for m in ("p50_us", "p90_us")}
         out[key]["iters"] = c["iters"]
     return out
 
@@ -74,20 +59,6 @@ def aggregate(results):
 def stat(agg, impl, op, size, metric):
     c = agg.get((impl, op, size))
     return c[metric] if c else None
-
-
-def cell(s):
-    if s is None:
-        return "–"
-    if len(s["values"]) == 1:
-        return fmt(s["median"])
-    return f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})"
-
-
-def ratio(a, b):
-    if a is None or b is None or not b["median"]:
-        return None
-    return a["median"] / b["median"]
 
 
 def impl_status(impl, runs, note):
@@ -107,14 +78,8 @@ def impl_status(impl, runs, note):
 
 
 def plot(path, meta, agg, sizes):
-    with tempfile.TemporaryDirectory() as tmp:
-        def data(name, rows):
-            p = os.path.join(tmp, name)
-            with open(p, "w") as f:
-                for row in rows:
-                    f.write(" ".join(str(v) for v in row) + "\n")
-            return p
-
+    with plotting() as gp:
+        data = gp.data
         panels = []
         for op in [o for o in OPS if o != "barrier" and o in meta["ops"]]:
             lines = []
@@ -139,11 +104,10 @@ def plot(path, meta, agg, sizes):
         rows_n = (count + cols - 1) // cols
         xtics = ", ".join(f'"{short(s)}" {s}' for s in sizes)
         xrange = f"[{sizes[0] / 2}:{sizes[-1] * 2}]" if sizes else "[*:*]"
-        where = "Soft-RoCE in tools/rxe-vm" if meta.get("in_rxe_vm") else "the host's device"
         script = [f'set terminal pngcairo size {520 * cols},{420 * rows_n} font "sans,10"',
                   f"set output '{path}'",
                   f'set multiplot layout {rows_n},{cols} title "cordma::group vs Open MPI (UCX), {meta["ranks"]} ranks on '
-                  f'{meta["device"]} ({where}); p50 of per-iteration max over ranks, median of {meta["rounds"]} rounds, '
+                  f'{meta["device"]} ({where(meta, True)}); p50 of per-iteration max over ranks, median of {meta["rounds"]} rounds, '
                   f'bars: min-max"',
                   "set grid", "set key top left", "set ylabel 'microseconds'"]
         for op, lines in panels:
@@ -157,25 +121,12 @@ def plot(path, meta, agg, sizes):
                        "set xlabel ''", "set title 'barrier'", "set style fill solid 0.5", "set boxwidth 0.5",
                        f"plot '{bfile}' using 1:2 with boxes notitle, '' using 1:2:3:4 with yerrorbars lc black "
                        "pt 7 notitle"]
-        script.append("unset multiplot")
-        sp = os.path.join(tmp, "plot.gp")
-        with open(sp, "w") as f:
-            f.write("\n".join(script) + "\n")
-        done = subprocess.run(["gnuplot", sp], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"report.py: gnuplot failed:\n{done.stderr}\n{open(sp).read()}")
+        gp.draw(script)
     return True
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--raw", required=True, help="raw.jsonl from `run --inside`")
-    parser.add_argument("--meta", required=True, help="meta.json from `run --inside`")
-    parser.add_argument("--cordma-note", default="", help="why cordma did not run, if it did not")
-    parser.add_argument("--out", required=True, help="path without extension: writes .json, .md, .png")
-    opts = parser.parse_args()
-
-    meta = json.load(open(opts.meta))
+    opts, meta = arguments(__doc__, ("--cordma-note", {"default": "", "help": "why cordma did not run, if it did not"}))
     results, runs = load(opts.raw)
     agg = aggregate(results)
     sizes = sorted({r["bytes"] for r in results if r["op"] != "barrier"})
@@ -208,14 +159,10 @@ def main():
               "brackets); ratios are cordma/Open MPI of those medians (below 1: cordma faster). A run that "
               "failed part-way keeps the figures it printed before failing: each was checked.")
     summary = {"name": name, **meta, "method": method, "status": status,
-               "table": [{k: v for k, v in row.items() if not k.startswith("_")} for row in table],
-               "runs": runs, "results": results}
-    with open(opts.out + ".json", "w") as f:
-        json.dump(summary, f, indent=1)
+               "table": public(table), "runs": runs, "results": results}
 
-    where = "Soft-RoCE inside tools/rxe-vm" if meta.get("in_rxe_vm") else "the host's RDMA device"
     md = [f"# cordma::group vs Open MPI collectives: {name}", "",
-          f"Measured {meta['started']} on {meta['device']} ({meta['address'] or 'no IPv4 address'}; {where}; "
+          f"Measured {meta['started']} on {meta['device']} ({meta['address'] or 'no IPv4 address'}; {where(meta)}; "
           f"{meta['cpus']} CPUs; kernel {meta['kernel']}), {meta['ranks']} ranks, {meta['rounds']} rounds, "
           f"{meta['minutes']:.2f} minutes of measuring. Produced by `bench/collectives/run`; every result is in "
           f"`{name}.json`.", "",
@@ -246,8 +193,7 @@ def main():
     md += ["", "Sizes: " + "; ".join(f"{op}: {WHAT[op]}" for op in OPS if op in meta["ops"]) + ".", ""]
     if drew:
         md += [f"![p50 vs size]({name}.png)", ""]
-    with open(opts.out + ".md", "w") as f:
-        f.write("\n".join(md))
+    write(opts.out, summary, md)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <coroutine>
@@ -64,6 +63,8 @@
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 #include <cordma/task_group.hpp>
+
+#include "../lib/bench_options.hpp"
 
 using namespace cordma;
 using clock_type = std::chrono::steady_clock;
@@ -96,9 +97,11 @@ struct config {
     std::chrono::seconds timeout{120};
 };
 
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using cordma_bench::option_reader;
+using cordma_bench::parse_polling;
+using cordma_bench::usage_error;
+using cordma_bench::parse_number;
+using cordma_bench::parse_seconds;
 
 void usage(std::FILE* out) {
     std::fprintf(out,
@@ -128,56 +131,19 @@ void usage(std::FILE* out) {
                  "What is measured: see the top of bench/rpc/cordma_rpc_bench.cpp.\n");
 }
 
-long parse_number(std::string_view what, std::string_view s, long lo, long hi) {
-    long v = 0;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc{} || end != s.data() + s.size() || v < lo || v > hi)
-        throw usage_error(std::string(what) + " wants a number from " + std::to_string(lo) + " to " +
-                          std::to_string(hi) + ", got '" + std::string(s) + "'");
-    return v;
-}
-
-double parse_seconds(std::string_view what, std::string_view s) {
-    std::string text(s);
-    char* end = nullptr;
-    double v = std::strtod(text.c_str(), &end);
-    if (text.empty() || end != text.c_str() + text.size() || !(v > 0) || v > 3600)
-        throw usage_error(std::string(what) + " wants seconds (over 0, at most 3600), got '" + text + "'");
-    return v;
-}
-
 config parse(int argc, char** argv) {
     config cfg;
-    for (int i = 1; i < argc; ++i) {
-        std::string_view arg = argv[i];
-        std::string_view name = arg, inline_value;
-        bool has_inline = false;
-        if (auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-            name = arg.substr(0, eq);
-            inline_value = arg.substr(eq + 1);
-            has_inline = true;
-        }
-        auto value = [&]() -> std::string_view {
-            if (has_inline) return inline_value;
-            if (i + 1 >= argc) throw usage_error(std::string(name) + " needs a value");
-            return argv[++i];
-        };
-        if (name == "-h" || name == "--help") {
-            usage(stdout);
-            std::exit(0);
-        } else if (name == "-s") {
+    for (option_reader options(argc, argv, usage); options.next();) {
+        std::string_view arg = options.arg(), name = options.name();
+        auto value = [&] { return options.value(); };
+        if (name == "-s") {
             cfg.server = std::string(value());
         } else if (name == "-b") {
             cfg.bind = std::string(value());
         } else if (name == "-p") {
             cfg.port = std::to_string(parse_number(name, value(), 0, 65535));
         } else if (name == "--polling") {
-            auto v = value();
-            if (v == "event") cfg.polling = polling_mode::event;
-            else if (v == "busy") cfg.polling = polling_mode::busy;
-            else if (v == "yielding") cfg.polling = polling_mode::yielding;
-            else if (v == "adaptive") cfg.polling = polling_mode::adaptive;
-            else throw usage_error("--polling: '" + std::string(v) + "' is not busy, event, yielding or adaptive");
+            cfg.polling = parse_polling(value(), "busy, event, yielding or adaptive");
         } else if (name == "-d" || name == "--device") {
             cfg.device = std::string(value());
         } else if (name == "--test") {

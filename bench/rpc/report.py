@@ -19,51 +19,21 @@ drift with the host's load, and only figures measured close together (the
 rounds interleave the two programs, size by size) compare.
 """
 
-import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from module_report import (HOST_LOAD, arguments, cell, failures, failures_paragraph, host_load,  # noqa: E402
+                           host_load_paragraph, host_load_summary, load, measured, plotting, public, stats,
+                           where, write)
 from report_format import fmt, human, short  # noqa: E402
 
 GOAL = 1.15  # the issue's: call p50 at most 1.15x of 2 x ib_send_lat's p50, 8 B to 4 KiB
 
 
-def load(raw_path):
-    recs = []
-    with open(raw_path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                recs.append(json.loads(line))
-            except json.JSONDecodeError:
-                print(f"report.py: skipping a line that is not JSON: {line[:120]}", file=sys.stderr)
-    return recs
-
-
 def ok(r):
     return r["rc"] == 0 and r.get("result")
-
-
-def stats(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
-
-
-def cell(s, digits=1, scale=1.0):
-    if s is None:
-        return "–"
-    if len(s["values"]) == 1:
-        return fmt(s["median"] * scale, digits)
-    return f"{fmt(s['median'] * scale, digits)} ({fmt(s['min'] * scale, digits)}–{fmt(s['max'] * scale, digits)})"
 
 
 def latency_rows(recs, sizes):
@@ -121,48 +91,13 @@ def throughput_rows(recs, meta):
     return rows
 
 
-def failures(recs):
-    out = []
-    for r in recs:
-        if r["rc"] == 0:
-            continue
-        why = "timed out" if r["rc"] in (124, 137) else ("no result line" if r["rc"] == -1 else f"status {r['rc']}")
-        last = next((l for l in reversed(r.get("output_tail", [])) if l.strip()), "")
-        shape = f"{r['clients']}x{r['depth']} " if r["test"].endswith("tput") else ""
-        out.append(f"round {r['round']} {r['impl']} {r['test']} {shape}{human(r['bytes'])}: {why}"
-                   + (f" (`{last.strip()[:160]}`)" if last else ""))
-    return out
-
-
-def host_load(path):
-    """The host's 5-s samples of other work while measuring (bench/stream/host_load.py)."""
-    if not path or not os.path.exists(path):
-        return None
-    samples = []
-    for line in open(path):
-        f = line.split()
-        try:
-            samples.append((int(f[0]), float(f[1]), int(f[2])))
-        except (ValueError, IndexError):
-            continue
-    if not samples:
-        return None
-    cores = [c for _, c, _ in samples]
-    return {"raw": samples, "samples": len(samples), "mean_cores_used_by_others": round(statistics.mean(cores), 2),
-            "max_cores_used_by_others": round(max(cores), 2),
-            "busy_samples": sum(1 for c in cores if c >= 0.2),
-            "samples_with_other_vms": sum(1 for _, _, q in samples if q > 0)}
+def tput_shape(r):
+    return f"{r['clients']}x{r['depth']} " if r["test"].endswith("tput") else ""
 
 
 def plot(path, meta, lat, tput):
-    with tempfile.TemporaryDirectory() as tmp:
-        def data(name, rows):
-            p = os.path.join(tmp, name)
-            with open(p, "w") as f:
-                for row in rows:
-                    f.write(" ".join(str(v) for v in row) + "\n")
-            return p
-
+    with plotting() as gp:
+        data = gp.data
         panels = []
         sizes = [row["bytes"] for row in lat]
         c_rows = [(row["bytes"], c["median"], c["min"], c["max"]) for row in lat for c in [row["_cells"][0]] if c]
@@ -202,33 +137,19 @@ def plot(path, meta, lat, tput):
                            "plot " + ", \\\n     ".join(lines)])
         if not panels:
             return False
-        where = "Soft-RoCE in tools/rxe-vm" if meta.get("in_rxe_vm") else "the host's device"
         script = [f'set terminal pngcairo size {560 * len(panels)},460 font "sans,10"',
                   f"set output '{path}'",
-                  f'set multiplot layout 1,{len(panels)} title "cordma::rpc on {meta["device"]} ({where}), '
+                  f'set multiplot layout 1,{len(panels)} title "cordma::rpc on {meta["device"]} ({where(meta, True)}), '
                   f'{meta["polling"]} polling; median of {meta["rounds"]} rounds, bars: min-max"',
                   "set grid"]
         for p in panels:
             script += p
-        script.append("unset multiplot")
-        sp = os.path.join(tmp, "plot.gp")
-        with open(sp, "w") as f:
-            f.write("\n".join(script) + "\n")
-        done = subprocess.run(["gnuplot", sp], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"report.py: gnuplot failed:\n{done.stderr}\n{open(sp).read()}")
+        gp.draw(script)
     return True
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--raw", required=True, help="raw.jsonl from `run --inside`")
-    parser.add_argument("--meta", required=True, help="meta.json from `run --inside`")
-    parser.add_argument("--host-load", help="host_load.py's samples: other work on the host while measuring")
-    parser.add_argument("--out", required=True, help="path without extension: writes .json, .md, .png")
-    opts = parser.parse_args()
-
-    meta = json.load(open(opts.meta))
+    opts, meta = arguments(__doc__, HOST_LOAD)
     everything = load(opts.raw)
     recs = [r for r in everything if not r["test"].startswith("verify")]
     checks = [r for r in everything if r["test"].startswith("verify")]
@@ -266,36 +187,18 @@ def main():
               f"{meta['server_options']['credits']}, receives {meta['server_options']['receives']} (one SRQ), "
               f"eager_size {meta['server_options']['eager_size']}; cordma polling_mode::{meta['polling']} on both "
               "sides.")
-    fails = failures(recs)
-    others = host_load(opts.host_load)
-    if others is not None:
-        busy_recs = 0
-        for r in everything:
-            if "started" not in r:
-                continue
-            t0, t1 = r["started"], r["started"] + r["seconds"] + 5
-            near = [c for t, c, _ in others["raw"] if t0 <= t <= t1]
-            r["host_cores_used_by_others"] = round(statistics.mean(near), 2) if near else None
-            busy_recs += bool(near) and statistics.mean(near) >= 0.2 and not r["test"].startswith("verify")
-        others["busy_measurements"] = busy_recs
-    strip = lambda rows: [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
-    summary = {"name": name, **meta, "method": method, "goal": goal, "tables": {"latency": strip(lat),
-               "throughput": strip(tput)}, "failures": fails,
-               "host_load": {k: v for k, v in (others or {}).items() if k != "raw"},
+    fails = failures(recs, tput_shape)
+    others = host_load(opts.host_load, everything, lambda r: not r["test"].startswith("verify"))
+    summary = {"name": name, **meta, "method": method, "goal": goal, "tables": {"latency": public(lat),
+               "throughput": public(tput)}, "failures": fails,
+               "host_load": host_load_summary(others),
                "verified": [{"test": r["test"], "bytes": r["bytes"], "clients": r["clients"], "depth": r["depth"],
                              "passed": r["rc"] == 0} for r in checks],
                "measurements": everything}
-    with open(opts.out + ".json", "w") as f:
-        json.dump(summary, f, indent=1)
 
-    where = "Soft-RoCE inside tools/rxe-vm" if meta.get("in_rxe_vm") else "the host's RDMA device"
-    good = len([r for r in recs if r["rc"] == 0])
     md = [f"# cordma::rpc vs ib_send_lat: {name}", "",
-          f"Measured {meta['started']} on {meta['device']} ({meta['address']}; {where}; {meta['cpus']} CPUs; kernel "
-          f"{meta['kernel']}; perftest {meta['perftest']}), {meta['rounds']} rounds, {meta['minutes']:.2f} minutes "
-          f"of measuring, {good} of {len(recs)} measurements succeeded. Produced by "
-          f"`bench/rpc/run{' --polling event' if meta['polling'] == 'event' else ''}`; every measurement and command "
-          f"line is in `{name}.json`.", "", method, ""]
+          measured(meta, name, recs, f"perftest {meta['perftest']}",
+                   f"bench/rpc/run{' --polling event' if meta['polling'] == 'event' else ''}"), "", method, ""]
     if checks:
         passed = [r for r in checks if r["rc"] == 0]
         bad = [f"{r['test']} {human(r['bytes'])}" for r in checks if r["rc"] != 0]
@@ -304,16 +207,8 @@ def main():
                + (f", wrong or failed: {', '.join(bad)}" if bad else "")
                + " (depth 1 at 8 B, 4 KiB, 64 KiB and 1 MiB, across the 4 KiB eager size into rendezvous; "
                "16 clients x depth 64 at 64 B).", ""]
-    if others is not None:
-        md += [f"Other work on the host while measuring ({others['samples']} samples, every 5 s): "
-               f"{others['mean_cores_used_by_others']:.2f} cores on average, at most "
-               f"{others['max_cores_used_by_others']:.2f}, at least 0.2 cores in {others['busy_samples']} samples; "
-               f"another VM in {others['samples_with_other_vms']}; "
-               f"{others['busy_measurements']} of {len(recs)} measurements ran while others used 0.2 cores or more."
-               + (" The host was not quiet: figures measured then are slower and noisier." if others["busy_samples"]
-                  else " The host was otherwise quiet."), ""]
-    if fails:
-        md += ["Failed measurements (left out of the figures):", ""] + [f"- {f}" for f in fails] + [""]
+    md += host_load_paragraph(others, len(recs))
+    md += failures_paragraph(fails)
 
     def verdict(g):
         return "not measured" if g is None else ("**met**" if g else "**not met**")
@@ -343,21 +238,15 @@ def main():
                "", "Depth: calls in flight per client (clients x depth in flight in all).", "",
                "| clients | " + " | ".join(f"depth {d}" for d in depths) + " |",
                "| ---: | " + " | ".join("---:" for _ in depths) + " |"]
-        for c in meta["clients"]:
-            cells = []
-            for d in depths:
-                row = next((x for x in tput if x["clients"] == c and x["depth"] == d), None)
-                cells.append(cell(row["_cells"][0], 0) if row else "–")
-            md.append(f"| {c} | " + " | ".join(cells) + " |")
+        def by_clients(show):
+            for c in meta["clients"]:
+                rows = [next((x for x in tput if x["clients"] == c and x["depth"] == d), None) for d in depths]
+                md.append(f"| {c} | " + " | ".join(show(row) if row else "–" for row in rows) + " |")
+        by_clients(lambda row: cell(row["_cells"][0], 0))
         md += ["", "Round trip of each call under that load, p50 / p99 (µs):", "",
                "| clients | " + " | ".join(f"depth {d}" for d in depths) + " |",
                "| ---: | " + " | ".join("---:" for _ in depths) + " |"]
-        for c in meta["clients"]:
-            cells = []
-            for d in depths:
-                row = next((x for x in tput if x["clients"] == c and x["depth"] == d), None)
-                cells.append(f"{fmt(row['p50_us'], 0)} / {fmt(row['p99_us'], 0)}" if row else "–")
-            md.append(f"| {c} | " + " | ".join(cells) + " |")
+        by_clients(lambda row: f"{fmt(row['p50_us'], 0)} / {fmt(row['p99_us'], 0)}")
         ref = next((row for row in lat if row["bytes"] == meta["tput_size"]), None)
         if ref and ref["ib_send_lat_t_avg_us"] and ref["cordma_mean_us"]:
             md += ["", f"For scale: one ib_send_lat ping-pong of {human(meta['tput_size'])} at a time would make "
@@ -367,8 +256,7 @@ def main():
         md.append("")
     if drew:
         md += [f"![latency against size, calls/s against depth]({name}.png)", ""]
-    with open(opts.out + ".md", "w") as f:
-        f.write("\n".join(md))
+    write(opts.out, summary, md)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@
 #include <time.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +51,8 @@
 #include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
+
+#include "../lib/bench_options.hpp"
 
 using namespace cordma;
 
@@ -73,9 +74,10 @@ struct config {
     std::chrono::seconds timeout{120};
 };
 
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using cordma_bench::option_reader;
+using cordma_bench::parse_polling;
+using cordma_bench::usage_error;
+using cordma_bench::parse_number;
 
 void usage(std::FILE* out) {
     std::fprintf(out,
@@ -98,35 +100,12 @@ void usage(std::FILE* out) {
                  "Pattern and output: rstream's custom test (see the top of cordma_stream_bench.cpp).\n");
 }
 
-long parse_number(std::string_view what, std::string_view s, long lo, long hi) {
-    long v = 0;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc{} || end != s.data() + s.size() || v < lo || v > hi)
-        throw usage_error(std::string(what) + " wants a number from " + std::to_string(lo) + " to " +
-                          std::to_string(hi) + ", got '" + std::string(s) + "'");
-    return v;
-}
-
 config parse(int argc, char** argv) {
     config cfg;
-    for (int i = 1; i < argc; ++i) {
-        std::string_view arg = argv[i];
-        std::string_view name = arg, inline_value;
-        bool has_inline = false;
-        if (auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-            name = arg.substr(0, eq);
-            inline_value = arg.substr(eq + 1);
-            has_inline = true;
-        }
-        auto value = [&]() -> std::string_view {
-            if (has_inline) return inline_value;
-            if (i + 1 >= argc) throw usage_error(std::string(name) + " needs a value");
-            return argv[++i];
-        };
-        if (name == "-h" || name == "--help") {
-            usage(stdout);
-            std::exit(0);
-        } else if (name == "-s") {
+    for (option_reader options(argc, argv, usage); options.next();) {
+        std::string_view arg = options.arg(), name = options.name();
+        auto value = [&] { return options.value(); };
+        if (name == "-s") {
             cfg.server = std::string(value());
         } else if (name == "-b") {
             cfg.bind = std::string(value());
@@ -139,12 +118,7 @@ config parse(int argc, char** argv) {
         } else if (name == "-I") {
             cfg.iters = parse_number(name, value(), 1, 1L << 30);
         } else if (name == "--polling") {
-            auto v = value();
-            if (v == "event") cfg.polling = polling_mode::event;
-            else if (v == "busy") cfg.polling = polling_mode::busy;
-            else if (v == "yielding") cfg.polling = polling_mode::yielding;
-            else if (v == "adaptive") cfg.polling = polling_mode::adaptive;
-            else throw usage_error("--polling: '" + std::string(v) + "' is not event, busy, yielding or adaptive");
+            cfg.polling = parse_polling(value(), "event, busy, yielding or adaptive");
         } else if (name == "-d" || name == "--device") {
             cfg.device = std::string(value());
         } else if (name == "--inline-size") {

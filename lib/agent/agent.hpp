@@ -66,6 +66,9 @@ public:
     const connection& control() const noexcept { return control_; }
 
 private:
+    /// The access bits a grant can carry (the rest are this side's own).
+    static constexpr access_flags remote_bits =
+        access_flags::remote_read | access_flags::remote_write | access_flags::remote_atomic;
     struct grant {
         local_slice memory;            // keeps the memory alive while granted
         memory_region registration;    // its own MR: deregistering cuts the peer off

@@ -149,6 +149,9 @@ private:
     void adopt_orphan(operation_base* op) noexcept;
     void orphan(work_slot* slot) noexcept;
     void take_kept(operation_base* op) noexcept;
+    /// The message in `slot` (a cancelled recv's buffer) becomes `op`'s
+    /// (connection_cancel.cpp).
+    void hand_over(const work_slot& slot, std::uint32_t byte_len, operation_base* op) const;
     void note_failure(const char* what, const ibv_wc& wc) noexcept;
     /// The error of an operation flushed by the QP's error state, naming
     /// the failure that broke the connection.
@@ -172,9 +175,11 @@ private:
     work_slot* free_send_ = nullptr;
     work_slot* free_recv_ = nullptr;
     std::vector<std::uint64_t> atomic_results_;
+    /// What an atomic's result slot holds until the device writes the old value.
+    static constexpr std::uint64_t atomic_poison = 0xa70a1c5e'5105e0f1;
     // rxe (Soft-RoCE) can complete an atomic successfully without writing
     // its result when packets are lost and writes share the QP (see
-    // atomic_result_lost in connection_state.cpp): on rxe each result slot
+    // atomic_result_lost in connection_completions.cpp): on rxe each result slot
     // is poisoned before the atomic is posted and checked at completion.
     bool check_atomic_results_ = false;
     // Send requests posted during a drain pass, chained through wr.next,

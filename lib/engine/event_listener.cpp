@@ -1,26 +1,26 @@
+// The event listener's life: its thread started and joined (or detached
+// when the last handle goes on that thread, and waited for at exit), the
+// io_uring ring and wakeup eventfd made and closed, the CQs it drains, and
+// what it lets go of when it stops. The loop that drains completions is in
+// event_listener_polling.cpp; posted functions, timers and rdma_cm events,
+// which arrive through io_uring, in event_listener_uring.cpp.
 #include <cordma/event_listener.hpp>
 
 #include <cordma/error.hpp>
 
 #include <liburing.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <sched.h>
 #include <rdma/rdma_cma.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <condition_variable>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <future>
 #include <mutex>
 #include <utility>
 
-#include "engine/cm_target.hpp"
+#include "engine/event_listener_timer.hpp"
 #include "verbs/check.hpp"
 #include "log/logf.hpp"
 
@@ -31,9 +31,6 @@
 namespace cordma {
 
 namespace {
-/// Drain passes (each up to a batch of completions) per wakeup before
-/// io_uring gets a look.
-constexpr unsigned drain_budget = 16;
 
 // liburing maps and unmaps a ring's queues with raw system calls, which
 // ThreadSanitizer does not see: to it, a ring mapped where an earlier
@@ -174,13 +171,6 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
     };
 }
 
-struct event_listener::timer_entry : detail::uring_target {
-    __kernel_timespec timeout{};
-    std::function<void()> fn;
-    std::shared_ptr<event_listener::timer> handle;
-    event_listener* owner = nullptr;
-};
-
 event_listener::~event_listener() {
     // Timers still pending when the thread stopped never fire.
     for (timer_entry* entry : timers_)
@@ -217,244 +207,8 @@ std::shared_ptr<completion_queue> event_listener::create_cq(int entries) {
     });
 }
 
-rdma_event_channel* event_listener::cm_channel() {
-    std::call_once(cm_once_, [this] {
-        errno = 0;
-        rdma_event_channel* channel = detail::check_pointer(rdma_create_event_channel(), [] {
-            return std::string("rdma_create_event_channel(): is the rdma_ucm module loaded?");
-        });
-        int flags = fcntl(channel->fd, F_GETFL);
-        if (flags == -1 || fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) == -1) {
-            int saved = errno;
-            rdma_destroy_event_channel(channel);
-            detail::throw_verbs_error(saved, "fcntl(rdma_cm event channel fd, O_NONBLOCK)");
-        }
-        cm_channel_ = channel;
-        cm_watch_.self = this;
-        cm_watch_.on_ready = [](detail::uring_target* t, int) noexcept { static_cast<cm_watch*>(t)->self->on_cm_ready(); };
-        if (running_in_this_thread())
-            submit_poll(channel->fd, &cm_watch_);
-        else
-            post([this] { submit_poll(cm_channel_->fd, &cm_watch_); });
-    });
-    return cm_channel_;
-}
-
-void event_listener::on_cm_ready() {
-    rdma_cm_event* event = nullptr;
-    while (rdma_get_cm_event(cm_channel_, &event) == 0) {
-        detail::cm_event_copy copy;
-        copy.type = event->event;
-        copy.status = event->status;
-        copy.id = event->id;
-        copy.listen_id = event->listen_id;
-        const rdma_conn_param& param = event->param.conn;
-        if (param.private_data != nullptr && param.private_data_len > 0) {
-            copy.private_data_len = static_cast<std::uint8_t>(std::min<std::size_t>(param.private_data_len, detail::cm_event_copy::max_private_data));
-            std::memcpy(copy.private_data.data(), param.private_data, copy.private_data_len);
-        }
-        copy.responder_resources = param.responder_resources;
-        copy.initiator_depth = param.initiator_depth;
-        // A connect request arrives on the new id, whose context is still the
-        // listening id's: both point to the listener's target.
-        auto* target = static_cast<detail::cm_target*>(event->id->context);
-        rdma_ack_cm_event(event);
-        if (target != nullptr)
-            target->on_event(target, copy);
-    }
-    submit_poll(cm_channel_->fd, &cm_watch_);
-}
-
-
-std::shared_ptr<event_listener::timer> event_listener::call_after(std::chrono::nanoseconds delay,
-                                                                  std::function<void()> fn) {
-    auto* entry = new timer_entry;
-    entry->owner = this;
-    timers_.insert(entry);
-    entry->timeout.tv_sec = delay.count() / 1'000'000'000;
-    entry->timeout.tv_nsec = delay.count() % 1'000'000'000;
-    entry->fn = std::move(fn);
-    entry->handle = std::make_shared<timer>();
-    entry->on_ready = [](detail::uring_target* t, int) noexcept {
-        std::unique_ptr<timer_entry> self(static_cast<timer_entry*>(t));
-        self->owner->timers_.erase(self.get());
-        if (!self->handle->cancelled)
-            self->fn();
-    };
-    io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
-    if (sqe == nullptr) {
-        io_uring_submit(ring_.get());
-        sqe = io_uring_get_sqe(ring_.get());
-    }
-    io_uring_prep_timeout(sqe, &entry->timeout, 0, 0);
-    io_uring_sqe_set_data(sqe, entry);
-    // The kernel reads the timespec at submission: submit now, so a busy
-    // listener that never sleeps still starts the clock.
-    io_uring_submit(ring_.get());
-    return entry->handle;
-}
-
 void event_listener::retire_cq(completion_queue* cq) noexcept {
     std::erase(cqs_, cq);
-}
-
-void event_listener::post(std::function<void()> fn) {
-    {
-        std::lock_guard lock(posted_mutex_);
-        posted_.push_back(std::move(fn));
-    }
-    std::uint64_t one = 1;
-    [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
-}
-
-void event_listener::submit_poll(int fd, detail::uring_target* target) {
-    io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
-    if (sqe == nullptr) {
-        // The ring is full of unsubmitted entries: hand them to the kernel.
-        io_uring_submit(ring_.get());
-        sqe = io_uring_get_sqe(ring_.get());
-    }
-    io_uring_prep_poll_add(sqe, fd, POLLIN);
-    io_uring_sqe_set_data(sqe, target);
-}
-
-void event_listener::run_posted() {
-    {
-        std::lock_guard lock(posted_mutex_);
-        running_.swap(posted_);
-    }
-    for (auto& fn : running_) {
-        try {
-            fn();
-        } catch (const std::exception& e) {
-            detail::logf(log_level::error, "cordma: event_listener: a posted function threw: %s", e.what());
-            std::terminate();
-        }
-    }
-    running_.clear();
-}
-
-void event_listener::on_wakeup() {
-    std::uint64_t count;
-    [[maybe_unused]] auto n = read(wakeup_fd_, &count, sizeof count);
-    run_posted();
-    submit_poll(wakeup_fd_, &wakeup_watch_);
-}
-
-// The race-free order: take every pending event, ack them, re-arm, and only
-// then drain. A completion that lands after the drain has started fires the
-// freshly armed channel again, so none is ever left waiting.
-//
-// Bounded: under load every completion resumes a coroutine that posts again,
-// and a CQ can stay full for as long as the load lasts. Draining it until it
-// is empty would starve everything else that comes through io_uring: timers
-// (every deadline and timeout), posted functions and rdma_cm events (a
-// disconnect). After drain_budget drain passes the rest waits for
-// run_loop, which looks at io_uring without sleeping and drains on.
-void event_listener::on_channel_ready() {
-    // Every drain costs one unit, full batch or not: under load each pass
-    // makes new completions, and so new channel events, as it goes.
-    unsigned budget = drain_budget;
-    while (!backlog_) {
-        completion_queue* cq = channel_->try_get_event();
-        if (cq == nullptr)
-            break;
-        cq->ack_events(1);
-        if (options_.mode == polling_mode::event)
-            cq->request_notify();
-        bool full = true;
-        while (full && budget > 0) {
-            full = drain(*cq);
-            --budget;
-        }
-        // Out of budget: what is left in the CQs (and events left on the
-        // channel, which fire its poll again) waits for run_loop.
-        if (budget == 0)
-            backlog_ = true;
-    }
-    submit_poll(channel_->fd(), &channel_watch_);
-}
-
-void event_listener::drain_backlog() {
-    backlog_ = false;
-    unsigned budget = drain_budget;
-    // Round robin, so that one busy CQ does not keep the others waiting.
-    for (std::size_t k = 0; k < cqs_.size(); ++k) {
-        std::size_t i = (backlog_next_ + k) % cqs_.size();
-        bool full = true;
-        while (full && budget > 0) {
-            full = drain(*cqs_[i]);
-            --budget;
-        }
-        if (budget == 0) {
-            backlog_ = true;
-            backlog_next_ = i + 1;
-            return;
-        }
-    }
-}
-
-bool event_listener::drain(completion_queue& cq) {
-    int n = cq.poll(wcs_);
-    draining_ = true;
-    for (int i = 0; i < n; ++i) {
-        auto* target = detail::completion_target::from_wr_id(wcs_[i].wr_id);
-        target->on_complete(target, wcs_[i]);
-    }
-    ring_doorbells();
-    return n == static_cast<int>(wcs_.size());
-}
-
-bool event_listener::drain_all() {
-    bool any = false;
-    for (std::size_t i = 0; i < cqs_.size(); ++i) {
-        // Index, not iterator: a resumed coroutine may create a CQ.
-        completion_queue* cq = cqs_[i];
-        int n = cq->poll(wcs_);
-        if (n == 0)
-            continue;
-        draining_ = true;
-        for (int k = 0; k < n; ++k) {
-            auto* target = detail::completion_target::from_wr_id(wcs_[k].wr_id);
-            target->on_complete(target, wcs_[k]);
-        }
-        ring_doorbells();
-        any = true;
-    }
-    return any;
-}
-
-// The end of a drain pass: every chain built during it goes out now. A bell
-// may fail requests and resume their coroutines, which may post again: those
-// posts are still part of the pass and wait in a new chain, rung next round.
-void event_listener::ring_doorbells() noexcept {
-    while (doorbells_ != nullptr) {
-        detail::doorbell* bell = doorbells_;
-        doorbells_ = bell->next_pending;
-        bell->next_pending = nullptr;
-        bell->pending = false;
-        bell->ring(bell);
-    }
-    draining_ = false;
-}
-
-void event_listener::arm_all() {
-    for (completion_queue* cq : cqs_)
-        cq->request_notify();
-}
-
-unsigned event_listener::reap_uring() {
-    unsigned handled = 0;
-    io_uring_cqe* cqe = nullptr;
-    while (io_uring_peek_cqe(ring_.get(), &cqe) == 0 && cqe != nullptr) {
-        auto* target = static_cast<detail::uring_target*>(io_uring_cqe_get_data(cqe));
-        int result = cqe->res;
-        io_uring_cqe_seen(ring_.get(), cqe);
-        if (target != nullptr)
-            target->on_ready(target, result);
-        ++handled;
-    }
-    return handled;
 }
 
 void event_listener::run() noexcept {
@@ -488,69 +242,6 @@ void event_listener::run() noexcept {
     } catch (const std::exception& e) {
         detail::logf(log_level::error, "cordma: event_listener on %s failed: %s", device_->name().c_str(), e.what());
         std::terminate();
-    }
-}
-
-void event_listener::run_loop() {
-    submit_poll(wakeup_fd_, &wakeup_watch_);
-    submit_poll(channel_->fd(), &channel_watch_);
-    io_uring_submit(ring_.get());
-    auto last_activity = std::chrono::steady_clock::now();
-    bool idle_since_activity = false;
-    while (!stopping_.load(std::memory_order_acquire)) {
-        if (options_.mode == polling_mode::event) {
-            if (backlog_) {
-                io_uring_submit(ring_.get());
-                reap_uring();
-                drain_backlog();
-                continue;
-            }
-            sleeps_.fetch_add(1, std::memory_order_relaxed);
-            io_uring_submit_and_wait(ring_.get(), 1);
-            reap_uring();
-            continue;
-        }
-        bool active = drain_all();
-        // io_uring_peek_cqe calls into liburing even when nothing is there;
-        // io_uring_cq_ready is two loads (plus the flag saying completions
-        // overflowed and only a peek brings them in).
-        if (io_uring_cq_ready(ring_.get()) > 0 ||
-            (IO_URING_READ_ONCE(*ring_->sq.kflags) & IORING_SQ_CQ_OVERFLOW) != 0)
-            active |= reap_uring() > 0;
-        if (io_uring_sq_ready(ring_.get()) > 0)
-            io_uring_submit(ring_.get());
-        // Busy mode never needs the time, and reading the clock is not free
-        // (1.7 us per read on an HPET clocksource, as in emulated guests).
-        if (options_.mode == polling_mode::busy)
-            continue;
-        if (options_.mode == polling_mode::yielding) {
-            if (!active)
-                sched_yield();
-            continue;
-        }
-        if (active) {
-            idle_since_activity = false;
-            continue;
-        }
-        auto now = std::chrono::steady_clock::now();
-        if (!idle_since_activity) {
-            // The first empty poll after activity starts the spin.
-            idle_since_activity = true;
-            last_activity = now;
-        }
-        if (now - last_activity < options_.spin)
-            continue;
-        // Adaptive, idle: arm, then look once more for completions that
-        // arrived before the arming took effect, and only then sleep.
-        arm_all();
-        if (drain_all()) {
-            idle_since_activity = false;
-            continue;
-        }
-        sleeps_.fetch_add(1, std::memory_order_relaxed);
-        io_uring_submit_and_wait(ring_.get(), 1);
-        reap_uring();
-        idle_since_activity = false;
     }
 }
 

@@ -23,7 +23,7 @@
 //       (request_remote_mr, written, read back, released). No error may
 //       surface: RC retransmission recovers lost and reordered packets.
 //       One exception, rxe's own: an atomic it completes without writing
-//       the old value (under loss, beside writes; connection_state.cpp's
+//       the old value (under loss, beside writes; connection_completions.cpp's
 //       atomic_result_lost) fails with cordma::errc::atomic_result_lost. Those are
 //       counted, and the fetch_add values never seen must equal their number.
 //   fault_peer pressure ADDR:PORT --ops N --fail-within MS [--reconnect]

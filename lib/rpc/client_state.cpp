@@ -1,0 +1,223 @@
+// cordma::rpc::client, its state: the reader of the receive queue and the
+// server's frames (responses, credits, rendezvous reads of large
+// responses), credits handed to waiting calls, and the ending of calls
+// (answered, failed, or all at once when the connection breaks).
+#include "rpc/client_state.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <stdexcept>
+
+#include <cordma/error.hpp>
+#include <cordma/task_group.hpp>
+
+namespace cordma::rpc::detail {
+
+client_state::client_state(builder b, client_options options, cordma::connection conn, const wire::header& hello)
+    : builder_(std::move(b)),
+      options_(options),
+      conn_(std::move(conn)),
+      peer_(conn_.peer()),
+      event_listener_(conn_.event_listener()),
+      buffers_(builder_.pool()),
+      credits_(hello.credits),
+      available_((hello.code >> 16) & wire::hello_deferred_credits ? 0 : hello.credits),
+      server_eager_(hello.size),
+      server_max_request_(hello.addr),
+      liveness_word_{hello.id, 8, hello.rkey, access_flags::remote_read} {
+    liveness_local_ = builder_.pool()->allocate(8);
+}
+
+void client_state::start() {
+    // Room for every response (one per credit) and the credit frames the
+    // server may send besides (at most one per credit as well).
+    std::size_t count = 2 * std::size_t(credits_) + 2;
+    std::size_t room = conn_.qp()->capacity().max_recv_wr;
+    if (room < std::size_t(credits_) + 2)
+        throw std::invalid_argument("cordma::rpc::client::connect(" + peer_ + "): the server grants " +
+                                    std::to_string(credits_) + " calls in flight, and the builder's " +
+                                    "recv_queue_depth (" + std::to_string(room) + ") cannot hold their responses: " +
+                                    "raise it to " + std::to_string(count));
+    receives_.emplace(conn_, std::min(count, room), options_.eager_size + wire::header_size);
+    spawn_detached(read_loop(), [](std::exception_ptr) {});
+}
+
+task<void> client_state::read_loop() {
+    auto self = shared_from_this();
+    for (;;) {
+        received_message m;
+        std::string why;
+        try {
+            m = co_await receives_->next();
+        } catch (const std::exception& e) {
+            why = e.what();
+        }
+        if (!why.empty()) {
+            broken(rpc_errc::server_gone, "the connection broke: " + why);
+            co_return;
+        }
+        on_frame(std::move(m));
+        if (broken_)
+            co_return;
+    }
+}
+
+void client_state::on_frame(received_message m) {
+    std::string why;
+    auto h = wire::decode(m.bytes(), why);
+    if (!h) {
+        spawn_detached(conn_.close(), [](std::exception_ptr) {});
+        return broken(rpc_errc::protocol, "the server sent a malformed frame (" + why + "); connection closed");
+    }
+    if (h->type != wire::frame::response && h->type != wire::frame::response_rts && h->type != wire::frame::credit) {
+        spawn_detached(conn_.close(), [](std::exception_ptr) {});
+        return broken(rpc_errc::protocol, std::string("the server sent a ") + wire::name(h->type) +
+                                              " frame, which only a client sends; connection closed");
+    }
+    available_ += h->credits;
+    if (h->type != wire::frame::credit) {
+        orphans_.erase(h->id);  // answered: the server is done with its request
+        auto it = calls_.find(h->id);
+        pending_call* c = it == calls_.end() ? nullptr : it->second;
+        if (c != nullptr)
+            c->registration = {};  // answered: the server is done reading its request
+        if (h->type == wire::frame::response) {
+            if (c != nullptr) {
+                auto payload = m.bytes().subspan(wire::header_size);
+                if (h->code == 0) {
+                    c->response.assign(payload.begin(), payload.end());
+                    finish(*c, std::nullopt, {});
+                } else {
+                    std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
+                    auto code = h->code <= static_cast<std::uint32_t>(rpc_errc::server_gone)
+                                    ? static_cast<rpc_errc>(h->code)
+                                    : rpc_errc::protocol;
+                    finish(*c, code, what_call(*c) + ": " + text);
+                }
+            }
+        } else if (c == nullptr) {
+            spawn_detached(send_done(h->id), [](std::exception_ptr) {});  // nobody waits for it any more
+        } else if (h->size > options_.max_response) {
+            finish(*c, rpc_errc::too_large,
+                   what_call(*c) + ": a response of " + std::to_string(h->size) +
+                       " bytes, over the client's max_response of " + std::to_string(options_.max_response));
+            spawn_detached(send_done(h->id), [](std::exception_ptr) {});
+        } else {
+            spawn_detached(fetch(h->id, *h), [](std::exception_ptr) {});
+        }
+    }
+    m.release();
+    grant();
+}
+
+task<void> client_state::fetch(std::uint64_t id, wire::header h) {
+    auto self = shared_from_this();
+    std::vector<std::byte> bytes(h.size);
+    std::string error;
+    try {
+        local_mr into = register_local_mr(builder_.pd(), bytes.data(), bytes.size(), access_flags::local_write);
+        remote_slice from{h.addr, h.size, h.rkey, access_flags::remote_read};
+        co_await conn_.read(into.all(), from);
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    if (!error.empty()) {
+        fail(id, rpc_errc::server_gone, "reading the response of " + std::to_string(h.size) + " bytes failed: " + error);
+        co_return;
+    }
+    co_await send_done(id);
+    auto it = calls_.find(id);
+    if (it != calls_.end()) {
+        it->second->response = std::move(bytes);
+        finish(*it->second, std::nullopt, {});
+    }
+}
+
+task<void> client_state::send_done(std::uint64_t id) {
+    // The call's credit still covers this frame: the server hands it back
+    // once it has the done.
+    auto self = shared_from_this();
+    wire::header h;
+    h.type = wire::frame::done;
+    h.id = id;
+    local_mr buffer = buffers_.take(wire::header_size);
+    wire::encode(h, buffer.bytes().first<wire::header_size>());
+    try {
+        co_await conn_.send(buffer.slice(0, wire::header_size));
+    } catch (...) {
+    }
+    buffers_.give(std::move(buffer));
+}
+
+void client_state::grant() {
+    while (available_ > 0 && !credit_waiters_.empty()) {
+        pending_call* c = credit_waiters_.front();
+        credit_waiters_.pop_front();
+        --available_;
+        c->has_credit = true;
+        if (c->waiter)
+            c->waiter.resume();
+    }
+}
+
+void client_state::finish(pending_call& c, std::optional<rpc_errc> error, std::string message) {
+    if (c.finished)
+        return;
+    c.finished = true;
+    c.error = error;
+    c.message = std::move(message);
+    forget(c);
+    if (c.waiter)
+        c.waiter.resume();
+}
+
+void client_state::forget(pending_call& c) noexcept {
+    if (auto it = calls_.find(c.id); it != calls_.end() && it->second == &c)
+        calls_.erase(it);
+    if (auto it = std::find(credit_waiters_.begin(), credit_waiters_.end(), &c); it != credit_waiters_.end())
+        credit_waiters_.erase(it);
+    if (c.registration && c.sent && !broken_) {
+        try {
+            orphans_.emplace(c.id, std::move(c.registration));
+        } catch (...) {
+        }
+    }
+}
+
+void client_state::fail(std::uint64_t id, rpc_errc error, std::string message) {
+    auto it = calls_.find(id);
+    if (it != calls_.end())
+        finish(*it->second, error, what_call(*it->second) + ": " + message);
+}
+
+void client_state::broken(rpc_errc error, const std::string& why) {
+    if (!broken_)
+        broken_.emplace(error, why);
+    orphans_.clear();
+    while (!calls_.empty()) {
+        pending_call* c = calls_.begin()->second;
+        finish(*c, error, what_call(*c) + ": " + why);
+    }
+}
+
+void client_state::shut_down(rpc_errc why, const std::string& message) noexcept {
+    conn_.shut_down();
+    std::weak_ptr<client_state> weak = weak_from_this();
+    try {
+        event_listener_->post([weak, why, message] {
+            if (auto self = weak.lock())
+                self->broken(why, message);
+        });
+    } catch (...) {
+    }
+}
+
+task<void> client_state::close() {
+    auto self = shared_from_this();
+    if (!event_listener_->running_in_this_thread())
+        co_await event_listener_->schedule();
+    broken(rpc_errc::cancelled, "the client was closed");
+    co_await conn_.close();
+}
+
+}  // namespace cordma::rpc::detail

@@ -1,0 +1,151 @@
+#pragma once
+/// What an rpc::client is: calls numbered and matched by id, credits from
+/// the server, a reader of the client's receive queue, rendezvous both ways,
+/// a liveness read while calls wait. The protocol is in rpc_wire.hpp and
+/// docs/rpc.md. Split by concern: client_state.cpp takes the server's frames
+/// (responses, credits, rendezvous reads) and ends the calls;
+/// client_calls.cpp runs one call, from its request frame to its answer,
+/// with its deadline and the liveness read; rpc_client.cpp is the public
+/// rpc::client. Event listener thread, except where rpc::client says
+/// otherwise.
+
+#include <cordma/rpc.hpp>
+
+#include <time.h>
+
+#include <chrono>
+#include <coroutine>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <cordma/receive_queue.hpp>
+
+#include "rpc/frame_buffers.hpp"
+#include "rpc/rpc_wire.hpp"
+
+namespace cordma::rpc::detail {
+
+namespace wire = cordma::detail::rpc_wire;
+
+/// While calls wait, the client reads the server's liveness word this
+/// often, and takes the server for gone when a read is not answered in time.
+inline constexpr std::chrono::seconds liveness_interval{1};
+inline constexpr std::chrono::milliseconds liveness_timeout{3000};
+
+/// The clock of call deadlines: CLOCK_MONOTONIC_COARSE. Deadlines need
+/// milliseconds, and every call reads the clock once: a precise read costs
+/// about a microsecond where the clock source is slow (HPET in a VM: 1.16
+/// us, measured by bench/rpc), a coarse one a few nanoseconds anywhere.
+struct coarse_clock {
+    using duration = std::chrono::nanoseconds;
+    using rep = duration::rep;
+    using period = duration::period;
+    using time_point = std::chrono::time_point<coarse_clock>;
+    static constexpr bool is_steady = true;
+    static time_point now() noexcept {
+        timespec ts{};
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+        return time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+    }
+    /// How far behind the precise clock it may be: added to every deadline,
+    /// so none passes early.
+    static duration resolution() noexcept {
+        static const duration r = [] {
+            timespec ts{};
+            clock_getres(CLOCK_MONOTONIC_COARSE, &ts);
+            return duration(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+        }();
+        return r;
+    }
+};
+
+/// A call from its start to its answer; lives in the calling coroutine's frame.
+struct pending_call {
+    std::uint64_t id = 0;
+    std::uint32_t method = 0;
+    std::coroutine_handle<> waiter;
+    bool has_credit = false;
+    bool sent = false;
+    bool finished = false;
+    std::vector<std::byte> response;
+    std::optional<rpc_errc> error;
+    std::string message;
+    local_mr registration;  // a large request, for the server to read
+    coarse_clock::time_point deadline;
+    std::chrono::milliseconds limit{0};
+};
+
+struct wait_for {
+    pending_call* call;
+    bool for_credit;
+    bool await_ready() const noexcept { return call->finished || (for_credit && call->has_credit); }
+    void await_suspend(std::coroutine_handle<> h) noexcept { call->waiter = h; }
+    void await_resume() noexcept { call->waiter = {}; }
+};
+
+class client_state : public std::enable_shared_from_this<client_state> {
+public:
+    client_state(builder b, client_options options, cordma::connection conn, const wire::header& hello);
+
+    void start();
+    task<std::vector<std::byte>> call(std::uint32_t method, std::span<const std::byte> request, call_options o);
+    void shut_down(rpc_errc why, const std::string& message) noexcept;
+    task<void> close();
+
+    const std::string& peer() const noexcept { return peer_; }
+    std::uint32_t credits() const noexcept { return credits_; }
+    const cordma::connection& connection() const noexcept { return conn_; }
+    const std::shared_ptr<cordma::event_listener>& event_listener() const noexcept { return event_listener_; }
+
+private:
+    task<void> read_loop();
+    task<void> liveness_loop();
+    task<void> fetch(std::uint64_t id, wire::header h);
+    task<void> send_done(std::uint64_t id);
+    void on_frame(received_message m);
+    void finish(pending_call& c, std::optional<rpc_errc> error, std::string message);
+    void fail(std::uint64_t id, rpc_errc error, std::string message);
+    void broken(rpc_errc error, const std::string& why);
+    void grant();
+    void forget(pending_call& c) noexcept;
+    /// Deadlines: one timer for the earliest of the calls', re-armed as it
+    /// fires, rather than one per call (a kernel timeout each, alive for the
+    /// whole deadline even when the call ends in microseconds).
+    void watch_deadline(coarse_clock::time_point when);
+    void on_deadline();
+    std::string what_call(const pending_call& c) const {
+        return "cordma::rpc call " + std::to_string(c.id) + " of method " + std::to_string(c.method) + " to " + peer_;
+    }
+
+    builder builder_;
+    client_options options_;
+    cordma::connection conn_;
+    std::string peer_;
+    std::shared_ptr<cordma::event_listener> event_listener_;
+    std::optional<receive_queue> receives_;
+    cordma::detail::frame_buffers buffers_;
+    std::uint32_t credits_ = 0;    // what the server grants (its hello, or its first credit frame)
+    std::uint32_t available_ = 0;  // credits not in use
+    std::size_t server_eager_ = 0;
+    std::uint64_t server_max_request_ = 0;
+    remote_slice liveness_word_;
+    local_mr liveness_local_;
+    std::uint64_t next_id_ = 1;
+    std::unordered_map<std::uint64_t, pending_call*> calls_;
+    std::deque<pending_call*> credit_waiters_;
+    // Large requests of calls that ended early: registered until the
+    // server answers them (it may still be reading).
+    std::unordered_map<std::uint64_t, local_mr> orphans_;
+    std::optional<std::pair<rpc_errc, std::string>> broken_;
+    bool liveness_running_ = false;
+    std::shared_ptr<cordma::event_listener::timer> deadline_timer_;
+    coarse_clock::time_point armed_for_ = coarse_clock::time_point::max();
+};
+
+}  // namespace cordma::rpc::detail
