@@ -96,30 +96,30 @@ void link_wire_seeds() {
     link_frame("hello_stream", h);
 
     h = {};
-    h.op = lw::collective::broadcast;
+    h.op = lw::module_op(2);  // a group's broadcast
     h.step = 1;
     h.seq = 3;
     h.acked = 2;
     h.root = 0;
     link_frame("data_broadcast", h, "sixteen bytes...");
     h = {};
-    h.op = lw::collective::all_reduce;
+    h.op = lw::module_op(8);  // a group's all_reduce
     h.seq = 7;
     h.extra = 3u << 8 | 1u;  // reductions: type << 8 | op
     link_frame("data_all_reduce", h, std::string(32, '\x01'));
     h = {};
-    h.op = lw::collective::message;
+    h.op = lw::op::message;
     h.seq = 1;
     link_frame("data_message", h, "a cordma_send message");
     h = {};
-    h.op = lw::collective::stream;
+    h.op = lw::op::stream;
     h.seq = 9;
     link_frame("data_stream", h, "stream bytes");
     h.extra = 1;  // a stream's end: no bytes
     link_frame("stream_end", h);
     h = {};
     h.type = lw::frame::rts;
-    h.op = lw::collective::all_gather;
+    h.op = lw::module_op(4);  // a group's all_gather
     h.seq = 5;
     h.acked = 4;
     h.size = 1 << 20;

@@ -237,7 +237,7 @@ TEST_CASE("a link frame header round-trips, and decode refuses one with its rese
         return bytes;
     };
     wire::header data;
-    data.op = wire::collective::all_reduce;
+    data.op = wire::module_op(8);  // the owner's own op (a group's all_reduce)
     data.step = 3;
     data.seq = 7;
     data.acked = 6;
@@ -246,7 +246,7 @@ TEST_CASE("a link frame header round-trips, and decode refuses one with its rese
     auto bytes = frame_of(data, 16);
     auto back = wire::decode(bytes, why);
     REQUIRE(back);
-    CHECK(back->op == wire::collective::all_reduce);
+    CHECK(back->op == wire::module_op(8));
     CHECK(back->step == 3);
     CHECK(back->extra == (3u << 8 | 1u));
     CHECK(back->size == 16);
@@ -264,4 +264,27 @@ TEST_CASE("a link frame header round-trips, and decode refuses one with its rese
     why.clear();
     CHECK_FALSE(wire::decode(frame_of(data, 15), why));
     CHECK_THAT(why, Catch::Contains("header says 16 bytes of payload"));
+
+    SECTION("the op byte is the link's own (none, message, stream) or its owner's (1 to 8), nothing else") {
+        for (int op = 0; op <= 10; ++op) {
+            auto b = bytes;
+            b[3] = static_cast<std::byte>(op);
+            CHECK(wire::decode(b, why));
+        }
+        auto b = bytes;
+        b[3] = std::byte{11};
+        why.clear();
+        CHECK_FALSE(wire::decode(b, why));
+        CHECK_THAT(why, Catch::Contains("unknown op 11"));
+        CHECK(wire::name(wire::op::stream) == "stream");
+        CHECK(wire::name(wire::module_op(3)) == "op 3");
+    }
+    SECTION("a frame that is not the link's says so without naming a module") {
+        auto b = bytes;
+        b[0] = std::byte{0};
+        why.clear();
+        CHECK_FALSE(wire::decode(b, why));
+        CHECK_THAT(why, Catch::Contains("the link's magic number"));
+        CHECK(why.find("group") == std::string::npos);
+    }
 }

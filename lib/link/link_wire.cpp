@@ -36,7 +36,7 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     }
     const std::byte* p = bytes.data();
     if (get<std::uint16_t>(p) != magic) {
-        why = "a frame without the group's magic number (not a cordma group peer?)";
+        why = "a frame without the link's magic number (not a cordma peer?)";
         return std::nullopt;
     }
     header h;
@@ -47,11 +47,11 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     }
     h.type = static_cast<frame>(type);
     auto op = get<std::uint8_t>(p + 3);
-    if (op > 10) {
-        why = "a frame for unknown collective " + std::to_string(op);
+    if (op > static_cast<std::uint8_t>(link_wire::op::stream)) {
+        why = "a frame of unknown op " + std::to_string(op);
         return std::nullopt;
     }
-    h.op = static_cast<collective>(op);
+    h.op = static_cast<link_wire::op>(op);
     // encode writes zeros there: a frame with anything else is not one
     // cordma wrote, and refusing it keeps those bytes free for a later
     // version (as rpc_wire and the agent's messages do).
@@ -77,21 +77,13 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     return h;
 }
 
-const char* name(collective op) noexcept {
-    switch (op) {
-    case collective::none: return "none";
-    case collective::barrier: return "barrier";
-    case collective::broadcast: return "broadcast";
-    case collective::all_to_all: return "all_to_all";
-    case collective::all_gather: return "all_gather";
-    case collective::gather: return "gather";
-    case collective::scatter: return "scatter";
-    case collective::reduce: return "reduce";
-    case collective::all_reduce: return "all_reduce";
-    case collective::message: return "message";
-    case collective::stream: return "stream";
+std::string name(link_wire::op o) {
+    switch (o) {
+    case link_wire::op::none: return "none";
+    case link_wire::op::message: return "message";
+    case link_wire::op::stream: return "stream";
     }
-    return "?";
+    return "op " + std::to_string(static_cast<unsigned>(o));
 }
 
 const char* name(frame type) noexcept {
