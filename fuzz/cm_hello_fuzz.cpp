@@ -59,7 +59,7 @@ std::unique_ptr<cd::cm_event_copy> event_of(const std::uint8_t* data, std::size_
 
 template <class T>
 bool same(const std::optional<T>& a, const std::optional<T>& b) {
-    return a.has_value() == b.has_value() && (!a || std::memcmp(&*a, &*b, sizeof(T)) == 0);
+    return a.has_value() == b.has_value() && (!a || a->bytes() == b->bytes());
 }
 
 // `from` on both events: the same answer, and an accepted one is `fresh`
@@ -79,11 +79,11 @@ void check(const char* what, const cd::cm_event_copy& zeros, const cd::cm_event_
             std::to_string(zeros.private_data_len) + " bytes came");
     if (!a)
         return;
-    if (zeros.private_data_len < sizeof(T))
+    if (zeros.private_data_len < T::size)
         die((std::string(what) + "::from accepted less private data than its size").c_str(),
             std::to_string(zeros.private_data_len) + " bytes");
-    T expected = fresh(*a);
-    if (std::memcmp(&expected, zeros.private_data.data(), sizeof(T)) != 0)
+    auto expected = fresh(*a).bytes();
+    if (std::memcmp(expected.data(), zeros.private_data.data(), expected.size()) != 0)
         die((std::string(what) + "::from accepted bytes that cordma never writes (version, reserved)").c_str());
 }
 

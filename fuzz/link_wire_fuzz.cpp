@@ -64,10 +64,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (size < wire::header_size)
         die("decode accepted a frame shorter than the header", std::to_string(size) + " bytes");
 
-    // name() answers "?" only for a value outside the enum: decode let an
-    // unknown type or collective through.
-    if (std::strcmp(wire::name(h->type), "?") == 0 || std::strcmp(wire::name(h->op), "?") == 0)
-        die("decode accepted an unknown frame type or collective",
+    // name() answers "?" only for a type outside the enum; an op is the
+    // link's (none, message, stream) or in the range its owner numbers.
+    bool known_op = h->op == wire::op::none || h->op == wire::op::message || h->op == wire::op::stream ||
+                    wire::is_module_op(h->op);
+    if (std::strcmp(wire::name(h->type), "?") == 0 || !known_op)
+        die("decode accepted an unknown frame type or op",
             std::to_string(static_cast<int>(h->type)) + ", " + std::to_string(static_cast<int>(h->op)));
 
     std::byte out[wire::header_size];

@@ -1,20 +1,19 @@
-// Writes the seed corpora of the fuzz targets link_wire, endpoint_message,
-// cm_hello and rendezvous (fuzz/corpus/TARGET/NAME): one valid input of
-// each kind, made with the library's own encoders, so that libFuzzer starts
-// from inputs its decoders accept and every rule is a mutation or two away.
-// (The seeds of agent_protocol and rpc_wire came before this program and
-// are kept as they are.) The seeds are committed; run this again only when
-// a format changes, and commit what it writes:
+// Writes the seed corpora of the fuzz targets agent_protocol, link_wire,
+// endpoint_message, cm_hello and rendezvous (fuzz/corpus/TARGET/NAME): one
+// valid input of each kind, made with the library's own encoders, so that
+// libFuzzer starts from inputs its decoders accept and every rule is a
+// mutation or two away. (The seeds of rpc_wire came before this program
+// and are kept as they are.) The seeds are committed; run this again only
+// when a format changes, and commit what it writes:
 //
 //   clang++-14 -std=c++20 -I include -I lib -o /tmp/make_seeds fuzz/make_seeds.cpp \
-//       lib/link/link_wire.cpp lib/connect/tcp/endpoint_message.cpp \
-//       lib/group/bootstrap/rendezvous_message.cpp
+//       lib/agent/agent_protocol.cpp lib/link/link_wire.cpp \
+//       lib/connect/tcp/endpoint_message.cpp lib/group/bootstrap/rendezvous_message.cpp
 //   /tmp/make_seeds fuzz/corpus
 //
-// The rdma_cm private data is in host byte order (docs/wire-formats.md), so
-// the cm_hello seeds are a little-endian host's. Every seed is decoded again
-// here before it is written: a seed the decoder refuses would be a wasted
-// start, so this fails instead.
+// Every format is little-endian (docs/wire-formats.md), whatever the host.
+// Every seed is decoded again here before it is written: a seed the
+// decoder refuses would be a wasted start, so this fails instead.
 
 #include <algorithm>
 #include <cstddef>
@@ -30,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent_protocol.hpp"
 #include "connect/rdma_cm/cm_hello.hpp"
 #include "connect/tcp/endpoint_message.hpp"
 #include "group/bootstrap/rendezvous_message.hpp"
@@ -96,30 +96,30 @@ void link_wire_seeds() {
     link_frame("hello_stream", h);
 
     h = {};
-    h.op = lw::collective::broadcast;
+    h.op = lw::module_op(2);  // a group's broadcast
     h.step = 1;
     h.seq = 3;
     h.acked = 2;
     h.root = 0;
     link_frame("data_broadcast", h, "sixteen bytes...");
     h = {};
-    h.op = lw::collective::all_reduce;
+    h.op = lw::module_op(8);  // a group's all_reduce
     h.seq = 7;
     h.extra = 3u << 8 | 1u;  // reductions: type << 8 | op
     link_frame("data_all_reduce", h, std::string(32, '\x01'));
     h = {};
-    h.op = lw::collective::message;
+    h.op = lw::op::message;
     h.seq = 1;
     link_frame("data_message", h, "a cordma_send message");
     h = {};
-    h.op = lw::collective::stream;
+    h.op = lw::op::stream;
     h.seq = 9;
     link_frame("data_stream", h, "stream bytes");
     h.extra = 1;  // a stream's end: no bytes
     link_frame("stream_end", h);
     h = {};
     h.type = lw::frame::rts;
-    h.op = lw::collective::all_gather;
+    h.op = lw::module_op(4);  // a group's all_gather
     h.seq = 5;
     h.acked = 4;
     h.size = 1 << 20;
@@ -184,8 +184,9 @@ void endpoint_seeds() {
 
 template <class T>
 void cm_seed(const std::string& name, const T& value, std::size_t padded_to) {
-    std::vector<std::uint8_t> bytes(std::max(sizeof value, padded_to), 0);
-    std::memcpy(bytes.data(), &value, sizeof value);
+    std::vector<std::uint8_t> bytes(std::max(T::size, padded_to), 0);
+    auto encoded = value.bytes();
+    std::memcpy(bytes.data(), encoded.data(), encoded.size());
     cd::cm_event_copy e;
     e.private_data_len = static_cast<std::uint8_t>(bytes.size());
     std::memcpy(e.private_data.data(), bytes.data(), bytes.size());
@@ -215,6 +216,36 @@ void cm_hello_seeds() {
     cm_seed("refusal_without_agent", refusal, 0);
     refusal.reason = cd::cm_refusal::listener_with_agent;
     cm_seed("refusal_with_agent", refusal, 148);  // a reject: 148 bytes
+}
+
+void agent_seed(const std::string& name, const cd::agent_protocol::message& m, std::uint16_t acked = 0) {
+    std::vector<std::byte> bytes(cd::agent_protocol::max_message_size);
+    bytes.resize(cd::agent_protocol::encode(m, bytes, acked));
+    try {
+        if (cd::agent_protocol::decode_frame(bytes).body != m)
+            refused("agent_protocol", name, "it decodes to another message");
+    } catch (const std::exception& e) {
+        refused("agent_protocol", name, e.what());
+    }
+    write("agent_protocol", name, bytes.data(), bytes.size());
+}
+
+void agent_protocol_seeds() {
+    namespace ap = cd::agent_protocol;
+    agent_seed("request_mr", ap::request_mr{7, 65536, 64, 30000, 6});
+    agent_seed("grant_mr", ap::grant_mr{7, 1, 0x7f0000001000, 4096, 0x1234, 30000, 6}, 3);
+    agent_seed("grant_mr_unsolicited", ap::grant_mr{0, 2, 0x7f0000002000, 8192, 0x99, 1000, 4});
+    agent_seed("deny_mr", ap::deny_mr{7, 12, "limit"});
+    agent_seed("deny_mr_longest", ap::deny_mr{7, 12, std::string(ap::max_reason_length, 'x')});
+    agent_seed("deny_mr_utf8", ap::deny_mr{7, 12, "m\u00e9moire \u5185\u5b58 \U0001F642"});
+    agent_seed("return_mr", ap::return_mr{1});
+    agent_seed("release_mr", ap::release_mr{{1}});
+    std::vector<std::uint64_t> batch;
+    for (std::uint64_t id = 1; id <= ap::max_release_batch; ++id)
+        batch.push_back(id);
+    agent_seed("release_mr_batch", ap::release_mr{batch}, 17);
+    agent_seed("revoke_mr", ap::revoke_mr{42});
+    agent_seed("ack", ap::ack{}, 0xffff);
 }
 
 void rendezvous_seeds() {
@@ -262,11 +293,13 @@ int main(int argc, char** argv) {
         return 2;
     }
     root = argv[1];
+    agent_protocol_seeds();
     link_wire_seeds();
     endpoint_seeds();
     cm_hello_seeds();
     rendezvous_seeds();
-    std::printf("make_seeds: wrote the seeds of link_wire, endpoint_message, cm_hello and rendezvous under %s\n",
+    std::printf("make_seeds: wrote the seeds of agent_protocol, link_wire, endpoint_message, cm_hello and rendezvous "
+                "under %s\n",
                 argv[1]);
     return 0;
 }

@@ -29,14 +29,14 @@ struct raw {
         b.push_back(static_cast<std::byte>(v & 0xff));
         return *this;
     }
-    raw& be(std::uint64_t v, int n) {
-        for (int i = n - 1; i >= 0; --i)
+    raw& le(std::uint64_t v, int n) {
+        for (int i = 0; i < n; ++i)
             u8(v >> (8 * i));
         return *this;
     }
-    raw& u16(std::uint64_t v) { return be(v, 2); }
-    raw& u32(std::uint64_t v) { return be(v, 4); }
-    raw& u64(std::uint64_t v) { return be(v, 8); }
+    raw& u16(std::uint64_t v) { return le(v, 2); }
+    raw& u32(std::uint64_t v) { return le(v, 4); }
+    raw& u64(std::uint64_t v) { return le(v, 8); }
     raw& str(const std::string& s) {
         for (char c : s)
             u8(static_cast<unsigned char>(c));
@@ -137,45 +137,45 @@ TEST_CASE("every message type survives encode then decode unchanged", "[agent_pr
     }
 }
 
-TEST_CASE("the wire layout is the documented one, in network byte order", "[agent_protocol]") {
+TEST_CASE("the wire layout is the documented one, little-endian", "[agent_protocol]") {
     SECTION("request_mr: 8-byte header and a 24-byte body") {
         CHECK(wire(request_mr{0x01020304, 0x10000, 64, 30000, 6}) ==
-              hex_bytes({0x43, 0x41, 0x02, 0x01, 0x00, 0x18, 0x00, 0x00,   // header
-                         0x01, 0x02, 0x03, 0x04,                           // request_id
-                         0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00,   // size
-                         0x00, 0x00, 0x00, 0x40,                           // alignment
-                         0x00, 0x00, 0x75, 0x30,                           // lease_ms
-                         0x00, 0x00, 0x00, 0x06}));                        // access
+              hex_bytes({0x41, 0x43, 0x02, 0x01, 0x18, 0x00, 0x00, 0x00,   // header
+                         0x04, 0x03, 0x02, 0x01,                           // request_id
+                         0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,   // size
+                         0x40, 0x00, 0x00, 0x00,                           // alignment
+                         0x30, 0x75, 0x00, 0x00,                           // lease_ms
+                         0x06, 0x00, 0x00, 0x00}));                        // access
     }
     SECTION("grant_mr: a 40-byte body") {
         auto w = wire(grant_mr{1, 2, 0x1000, 0x2000, 0xabcd, 5, 4});
         REQUIRE(w.size() == 48);
         CHECK(w[3] == std::byte{2});
-        CHECK(w[5] == std::byte{40});
+        CHECK(w[4] == std::byte{40});
         CHECK(bytes(w.begin() + 36, w.end()) ==
-              hex_bytes({0x00, 0x00, 0xab, 0xcd, 0x00, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00, 0x04}));
+              hex_bytes({0xcd, 0xab, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00}));
     }
     SECTION("deny_mr: 10 fixed bytes, then the reason") {
-        CHECK(wire(deny_mr{9, 12, "no"}) == hex_bytes({0x43, 0x41, 0x02, 0x03, 0x00, 0x0c, 0x00, 0x00,  // header
-                                                       0x00, 0x00, 0x00, 0x09,                          // request_id
-                                                       0x00, 0x00, 0x00, 0x0c,                          // code
-                                                       0x00, 0x02, 'n', 'o'}));                          // reason
+        CHECK(wire(deny_mr{9, 12, "no"}) == hex_bytes({0x41, 0x43, 0x02, 0x03, 0x0c, 0x00, 0x00, 0x00,  // header
+                                                       0x09, 0x00, 0x00, 0x00,                          // request_id
+                                                       0x0c, 0x00, 0x00, 0x00,                          // code
+                                                       0x02, 0x00, 'n', 'o'}));                          // reason
         CHECK(wire(deny_mr{9, 12, std::string(max_reason_length, 'x')}).size() == 8 + 10 + 200);
     }
     SECTION("return_mr, release_mr and revoke_mr: the region id alone") {
         CHECK(wire(revoke_mr{0x0102030405060708}) ==
-              hex_bytes({0x43, 0x41, 0x02, 0x06, 0x00, 0x08, 0x00, 0x00, 1, 2, 3, 4, 5, 6, 7, 8}));
+              hex_bytes({0x41, 0x43, 0x02, 0x06, 0x08, 0x00, 0x00, 0x00, 8, 7, 6, 5, 4, 3, 2, 1}));
         CHECK(wire(return_mr{1})[3] == std::byte{4});
     }
     SECTION("release_mr: a count, then that many region ids") {
         CHECK(wire(release_mr{{1, 0x0102030405060708}}) ==
-              hex_bytes({0x43, 0x41, 0x02, 0x05, 0x00, 0x12, 0x00, 0x00,  // header
-                         0x00, 0x02,                                      // count
-                         0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8}));  // region ids
+              hex_bytes({0x41, 0x43, 0x02, 0x05, 0x12, 0x00, 0x00, 0x00,  // header
+                         0x02, 0x00,                                      // count
+                         1, 0, 0, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1}));  // region ids
         CHECK(wire(release_mr{ids(max_release_batch)}).size() == 8 + 2 + 8 * 30);
     }
     SECTION("ack: the header alone, acknowledging in its last two bytes") {
-        CHECK(wire(ack{}, 0x0102) == hex_bytes({0x43, 0x41, 0x02, 0x07, 0x00, 0x00, 0x01, 0x02}));
+        CHECK(wire(ack{}, 0x0102) == hex_bytes({0x41, 0x43, 0x02, 0x07, 0x00, 0x00, 0x02, 0x01}));
     }
 }
 
@@ -196,8 +196,8 @@ TEST_CASE("decode rejects a bad header with a protocol_error naming the problem"
               "agent message: 7 bytes is shorter than the 8-byte header");
     }
     SECTION("bad magic") {
-        good[0] = std::byte{0x12};
-        good[1] = std::byte{0x34};
+        good[0] = std::byte{0x34};
+        good[1] = std::byte{0x12};
         CHECK(decode_error(good) == "agent message: bad magic 0x1234 (expected 0x4341)");
     }
     SECTION("another version, naming both") {
@@ -220,10 +220,10 @@ TEST_CASE("decode rejects a bad header with a protocol_error naming the problem"
         good[3] = std::byte{255};
         CHECK(decode_error(good) == "agent message: unknown message type 255");
     }
-    SECTION("acked carries any value, in network byte order") {
+    SECTION("acked carries any value, little-endian") {
         auto w = wire(revoke_mr{42}, 0xbeef);
-        CHECK(w[6] == std::byte{0xbe});
-        CHECK(w[7] == std::byte{0xef});
+        CHECK(w[6] == std::byte{0xef});
+        CHECK(w[7] == std::byte{0xbe});
         auto f = decode_frame(w);
         CHECK(f.acked == 0xbeef);
         CHECK(f.body == message(revoke_mr{42}));
@@ -232,7 +232,7 @@ TEST_CASE("decode rejects a bad header with a protocol_error naming the problem"
         auto longer = good;
         longer.push_back(std::byte{0});
         CHECK(decode_error(longer) == "agent message: revoke_mr header says body_length 8 but 9 bytes follow");
-        good[5] = std::byte{7};
+        good[4] = std::byte{7};
         CHECK(decode_error(good) == "agent message: revoke_mr header says body_length 7 but 8 bytes follow");
     }
     SECTION("body_length is not the type's size") {
@@ -402,8 +402,8 @@ TEST_CASE("a message cut short or padded is a protocol_error at every length", "
             // The same cut with body_length patched to agree: the type's own
             // size check has to catch it.
             if (n >= 8) {
-                cut[4] = static_cast<std::byte>((n - 8) >> 8);
-                cut[5] = static_cast<std::byte>(n - 8);
+                cut[4] = static_cast<std::byte>(n - 8);
+                cut[5] = static_cast<std::byte>((n - 8) >> 8);
                 REQUIRE_THAT(decode_error(cut), Catch::Matchers::StartsWith("agent message: ") &&
                                                     (Catch::Matchers::Contains(" body is ") ||
                                                      Catch::Matchers::Contains("reason_length")));

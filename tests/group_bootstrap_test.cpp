@@ -196,7 +196,7 @@ TEST_CASE("rendezvous: garbage and truncated clients do not disturb the others",
     auto huge = raw_client(io, port, deadline);
     auto frame = detail::encode_rendezvous_publish({1, 4, endpoint_of(1)});
     auto inflated = frame;
-    inflated[8] = 0x7f;  // length's high byte
+    inflated[11] = 0x7f;  // length's high byte (little-endian)
     asio::write(huge, asio::buffer(inflated.data(), detail::rendezvous_header_size));
     CHECK(closed_by_peer(huge));
 
@@ -286,16 +286,16 @@ TEST_CASE("rendezvous: frames round-trip; every bad field is named", "[rendezvou
                           Catch::Contains(std::string("'") + field + "'"));
     };
     bad_header(0, 'X', "magic");
-    bad_header(5, 9, "version");
+    bad_header(4, 9, "version");
     bad_header(6, 7, "type");
     bad_header(7, 1, "reserved");
-    bad_header(9, 0x10, "length");
+    bad_header(10, 0x10, "length");
 
     auto payload = std::vector<std::uint8_t>(frame.begin() + 12, frame.end());
     CHECK_THROWS_WITH(detail::decode_rendezvous_publish(std::span(payload).first(payload.size() - 1)),
                       Catch::Contains("'endpoint'") && Catch::Contains("cut short"));
     auto rank_too_big = payload;
-    rank_too_big[3] = 8;
+    rank_too_big[0] = 8;  // the rank's low byte
     CHECK_THROWS_WITH(detail::decode_rendezvous_publish(rank_too_big), Catch::Contains("'rank'"));
     auto longer = payload;
     longer.push_back(0);

@@ -1,5 +1,6 @@
 // The byte formats cordma puts on the wire besides the agent's (which has
-// its own test, agent_protocol): the TCP endpoint message and the rdma_cm
+// its own test, agent_protocol): the codec they all share
+// (lib/wire/byte_codec.hpp), the TCP endpoint message and the rdma_cm
 // hello, reply and refusal (docs/wire-formats.md), the rpc frame header
 // (lib/rpc/rpc_wire.hpp) and the link's (lib/link/link_wire.hpp). No
 // device needed.
@@ -8,6 +9,7 @@
 #include <array>
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,8 +19,34 @@
 #include "connect/tcp/endpoint_message.hpp"
 #include "link/link_wire.hpp"
 #include "rpc/rpc_wire.hpp"
+#include "wire/byte_codec.hpp"
 
 using namespace cordma;
+
+TEST_CASE("the byte codec writes and reads little-endian, and never past its buffer", "[wire]") {
+    std::array<std::byte, 16> buffer{};
+    detail::byte_writer w(buffer);
+    w.u8(0x01);
+    w.u16(0x0302);
+    w.u32(0x07060504);
+    w.u64(0x0f0e0d0c0b0a0908ull);
+    CHECK(w.written() == 15);
+    for (std::size_t i = 0; i < 15; ++i)
+        CHECK(buffer[i] == static_cast<std::byte>(i + 1));
+    CHECK_THROWS_AS(w.u16(0), std::out_of_range);
+    w.zeros(1);
+    CHECK(w.written() == 16);
+
+    detail::byte_reader r(buffer);
+    CHECK(r.u8() == 0x01);
+    CHECK(r.u16() == 0x0302);
+    CHECK(r.u32() == 0x07060504);
+    CHECK(r.u64() == 0x0f0e0d0c0b0a0908ull);
+    CHECK(r.remaining() == 1);
+    CHECK_THROWS_AS(r.u16(), std::out_of_range);
+    CHECK(r.u8() == 0);
+    CHECK(r.remaining() == 0);
+}
 
 TEST_CASE("the TCP endpoint message round-trips and every rejected field is named", "[wire]") {
     ibv_gid gid{};
@@ -27,11 +55,14 @@ TEST_CASE("the TCP endpoint message round-trips and every rejected field is name
     detail::endpoint_message sent{{.qpn = 0x123456, .psn = 0xabcdef, .gid = gid, .lid = 0x1234}, IBV_MTU_2048};
     auto bytes = detail::encode_endpoint_message(sent);
     CHECK(bytes.size() == 36);
-    CHECK(bytes[0] == 'C');
-    CHECK(bytes[3] == 'M');
-    CHECK(bytes[8] == 0x00);  // qpn, big-endian
-    CHECK(bytes[9] == 0x12);
-    CHECK(bytes[11] == 0x56);
+    CHECK(bytes[0] == 0x4d);  // magic 0x4352444d, little-endian
+    CHECK(bytes[3] == 0x43);
+    CHECK(bytes[8] == 0x56);  // qpn, little-endian
+    CHECK(bytes[9] == 0x34);
+    CHECK(bytes[10] == 0x12);
+    CHECK(bytes[11] == 0x00);
+    CHECK(bytes[16] == 1);  // the GID's raw bytes, as ibv_gid holds them
+    CHECK(bytes[31] == 16);
     auto got = detail::decode_endpoint_message(bytes);
     CHECK(got.endpoint.qpn == sent.endpoint.qpn);
     CHECK(got.endpoint.psn == sent.endpoint.psn);
@@ -46,12 +77,12 @@ TEST_CASE("the TCP endpoint message round-trips and every rejected field is name
     };
     using Catch::Contains;
     CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[0] = 'X'; })), Contains("field 'magic'"));
-    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[5] = 2; })),
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[4] = 2; })),
                       Contains("field 'version' is 2"));
-    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[8] = 1; })), Contains("field 'qpn'"));
-    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[9] = m[10] = 0, m[11] = 1; })),
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[11] = 1; })), Contains("field 'qpn'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[8] = 1, m[9] = m[10] = m[11] = 0; })),
                       Contains("field 'qpn' is 1"));
-    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[12] = 1; })), Contains("field 'psn'"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[15] = 1; })), Contains("field 'psn'"));
     CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) {
                           std::fill(m.begin() + 16, m.begin() + 32, 0);
                           m[6] = m[7] = 0;
@@ -60,7 +91,7 @@ TEST_CASE("the TCP endpoint message round-trips and every rejected field is name
     CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[32] = 0; })), Contains("field 'mtu'"));
     CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[33] = 2; })),
                       Contains("field 'flags' is 2"));
-    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[35] = 1; })),
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[34] = 1; })),
                       Contains("field 'private_data_length' is 1, but only a message without an agent"));
     CHECK(got.agent);
     CHECK(bytes[33] == 0);
@@ -74,12 +105,12 @@ TEST_CASE("a TCP endpoint message without an agent carries its private data's le
     sent.private_data_length = 150;
     auto bytes = detail::encode_endpoint_message(sent);
     CHECK(bytes[33] == 1);  // flags: no agent
-    CHECK(bytes[34] == 0);  // length, big-endian
-    CHECK(bytes[35] == 150);
+    CHECK(bytes[34] == 150);  // length, little-endian
+    CHECK(bytes[35] == 0);
     auto got = detail::decode_endpoint_message(bytes);
     CHECK_FALSE(got.agent);
     CHECK(got.private_data_length == 150);
-    bytes[34] = 1;  // 406 bytes: more than an accept carries
+    bytes[35] = 1;  // 406 bytes: more than an accept carries
     CHECK_THROWS_WITH(detail::decode_endpoint_message(bytes),
                       Catch::Contains("field 'private_data_length' is 406, more than 196"));
 }
@@ -89,8 +120,16 @@ namespace {
 detail::cm_event_copy carrying(const void* data, std::size_t size) {
     detail::cm_event_copy event;
     event.private_data_len = static_cast<std::uint8_t>(size);
-    std::memcpy(event.private_data.data(), data, size);
+    if (size != 0)
+        std::memcpy(event.private_data.data(), data, size);
     return event;
+}
+
+/// The private data a cm_hello, cm_reply or cm_refusal encodes to.
+template <class Message>
+detail::cm_event_copy carrying(const Message& message) {
+    auto bytes = message.bytes();
+    return carrying(bytes.data(), bytes.size());
 }
 
 }  // namespace
@@ -100,7 +139,12 @@ TEST_CASE("the rdma_cm hello and reply are recognised, and anything else is not"
     hello.kind = detail::cm_hello::control;
     hello.mtu = IBV_MTU_1024;
     hello.token = 0x1234567890abcdefULL;
-    auto got = detail::cm_hello::from(carrying(&hello, sizeof hello));
+    auto bytes = hello.bytes();
+    CHECK(bytes[0] == std::byte{0x41});  // magic 0x43444d41, little-endian
+    CHECK(bytes[3] == std::byte{0x43});
+    CHECK(bytes[8] == std::byte{0xef});  // token, little-endian
+    CHECK(bytes[15] == std::byte{0x12});
+    auto got = detail::cm_hello::from(carrying(hello));
     REQUIRE(got.has_value());
     CHECK(got->kind == detail::cm_hello::control);
     CHECK(got->mtu == IBV_MTU_1024);
@@ -111,76 +155,76 @@ TEST_CASE("the rdma_cm hello and reply are recognised, and anything else is not"
         CHECK_FALSE(detail::cm_hello::from(carrying(nullptr, 0)).has_value());
         detail::cm_hello other = hello;
         other.magic = 0x12345678;
-        CHECK_FALSE(detail::cm_hello::from(carrying(&other, sizeof other)).has_value());
+        CHECK_FALSE(detail::cm_hello::from(carrying(other)).has_value());
     }
     SECTION("a hello of another version, kind or MTU code is not one") {
         detail::cm_hello bad = hello;
         bad.version = 2;
-        CHECK_FALSE(detail::cm_hello::from(carrying(&bad, sizeof bad)).has_value());
+        CHECK_FALSE(detail::cm_hello::from(carrying(bad)).has_value());
         bad = hello;
         bad.kind = 3;
-        CHECK_FALSE(detail::cm_hello::from(carrying(&bad, sizeof bad)).has_value());
+        CHECK_FALSE(detail::cm_hello::from(carrying(bad)).has_value());
         bad = hello;
         bad.mtu = 6;
-        CHECK_FALSE(detail::cm_hello::from(carrying(&bad, sizeof bad)).has_value());
+        CHECK_FALSE(detail::cm_hello::from(carrying(bad)).has_value());
     }
     SECTION("a hello cut short, which the connection manager pads with zeros, is not one") {
         // RoCE delivers 56 bytes of private data whatever was sent: the
         // first 7 bytes of a hello arrive as a hello with token 0.
         std::array<std::byte, 56> padded{};
-        std::memcpy(padded.data(), &hello, 7);
+        std::memcpy(padded.data(), hello.bytes().data(), 7);
         CHECK_FALSE(detail::cm_hello::from(carrying(padded.data(), padded.size())).has_value());
         detail::cm_hello even = hello;
         even.token = 0x1234567890abcdeeULL;
-        CHECK_FALSE(detail::cm_hello::from(carrying(&even, sizeof even)).has_value());
+        CHECK_FALSE(detail::cm_hello::from(carrying(even)).has_value());
     }
     SECTION("the reply carries the agreed MTU, within 256..4096 bytes") {
         detail::cm_reply reply;
         reply.mtu = IBV_MTU_2048;
-        auto r = detail::cm_reply::from(carrying(&reply, sizeof reply));
+        auto r = detail::cm_reply::from(carrying(reply));
         REQUIRE(r.has_value());
         CHECK(r->mtu == IBV_MTU_2048);
         reply.mtu = 0;
-        CHECK_FALSE(detail::cm_reply::from(carrying(&reply, sizeof reply)).has_value());
-        CHECK_FALSE(detail::cm_reply::from(carrying(&hello, sizeof hello)).has_value());
+        CHECK_FALSE(detail::cm_reply::from(carrying(reply)).has_value());
+        CHECK_FALSE(detail::cm_reply::from(carrying(hello)).has_value());
     }
     SECTION("a refusal names one of three reasons, and nothing else is one") {
         detail::cm_refusal refusal;
         refusal.reason = detail::cm_refusal::listener_without_agent;
-        auto r = detail::cm_refusal::from(carrying(&refusal, sizeof refusal));
+        auto r = detail::cm_refusal::from(carrying(refusal));
         REQUIRE(r.has_value());
         CHECK(r->reason == detail::cm_refusal::listener_without_agent);
         refusal.reason = 4;
-        CHECK_FALSE(detail::cm_refusal::from(carrying(&refusal, sizeof refusal)).has_value());
+        CHECK_FALSE(detail::cm_refusal::from(carrying(refusal)).has_value());
         // A full backlog names its size, and only it carries one.
         refusal.reason = detail::cm_refusal::backlog_full;
-        CHECK_FALSE(detail::cm_refusal::from(carrying(&refusal, sizeof refusal)).has_value());
+        CHECK_FALSE(detail::cm_refusal::from(carrying(refusal)).has_value());
         refusal.backlog = 256;
-        r = detail::cm_refusal::from(carrying(&refusal, sizeof refusal));
+        r = detail::cm_refusal::from(carrying(refusal));
         REQUIRE(r.has_value());
         CHECK(r->backlog == 256);
         refusal.reason = detail::cm_refusal::listener_with_agent;
-        CHECK_FALSE(detail::cm_refusal::from(carrying(&refusal, sizeof refusal)).has_value());
-        CHECK_FALSE(detail::cm_refusal::from(carrying(&hello, sizeof hello)).has_value());
+        CHECK_FALSE(detail::cm_refusal::from(carrying(refusal)).has_value());
+        CHECK_FALSE(detail::cm_refusal::from(carrying(hello)).has_value());
         CHECK_FALSE(detail::cm_refusal::from(carrying(nullptr, 0)).has_value());
         detail::cm_reply reply;
         reply.mtu = IBV_MTU_1024;
-        CHECK_FALSE(detail::cm_refusal::from(carrying(&reply, sizeof reply)).has_value());
+        CHECK_FALSE(detail::cm_refusal::from(carrying(reply)).has_value());
     }
     // Found by cm_hello_fuzz: each `from` took any reserved bytes, which
     // cordma always writes as zero (docs/wire-formats.md).
     SECTION("none of the three has its reserved bytes set") {
         detail::cm_hello bad = hello;
         bad.reserved = 1;
-        CHECK_FALSE(detail::cm_hello::from(carrying(&bad, sizeof bad)).has_value());
+        CHECK_FALSE(detail::cm_hello::from(carrying(bad)).has_value());
         detail::cm_reply reply;
         reply.mtu = IBV_MTU_1024;
         reply.reserved = 0x3a00;
-        CHECK_FALSE(detail::cm_reply::from(carrying(&reply, sizeof reply)).has_value());
+        CHECK_FALSE(detail::cm_reply::from(carrying(reply)).has_value());
         detail::cm_refusal refusal;
         refusal.reason = detail::cm_refusal::listener_with_agent;
         refusal.backlog = 0x3a;  // the fuzzer's input: "NMDC" 1 1 0x3a 0
-        CHECK_FALSE(detail::cm_refusal::from(carrying(&refusal, sizeof refusal)).has_value());
+        CHECK_FALSE(detail::cm_refusal::from(carrying(refusal)).has_value());
     }
 }
 
@@ -246,7 +290,7 @@ TEST_CASE("a link frame header round-trips, and decode refuses one with its rese
         return bytes;
     };
     wire::header data;
-    data.op = wire::collective::all_reduce;
+    data.op = wire::module_op(8);  // the owner's own op (a group's all_reduce)
     data.step = 3;
     data.seq = 7;
     data.acked = 6;
@@ -255,7 +299,7 @@ TEST_CASE("a link frame header round-trips, and decode refuses one with its rese
     auto bytes = frame_of(data, 16);
     auto back = wire::decode(bytes, why);
     REQUIRE(back);
-    CHECK(back->op == wire::collective::all_reduce);
+    CHECK(back->op == wire::module_op(8));
     CHECK(back->step == 3);
     CHECK(back->extra == (3u << 8 | 1u));
     CHECK(back->size == 16);
@@ -273,4 +317,27 @@ TEST_CASE("a link frame header round-trips, and decode refuses one with its rese
     why.clear();
     CHECK_FALSE(wire::decode(frame_of(data, 15), why));
     CHECK_THAT(why, Catch::Contains("header says 16 bytes of payload"));
+
+    SECTION("the op byte is the link's own (none, message, stream) or its owner's (1 to 8), nothing else") {
+        for (int op = 0; op <= 10; ++op) {
+            auto b = bytes;
+            b[3] = static_cast<std::byte>(op);
+            CHECK(wire::decode(b, why));
+        }
+        auto b = bytes;
+        b[3] = std::byte{11};
+        why.clear();
+        CHECK_FALSE(wire::decode(b, why));
+        CHECK_THAT(why, Catch::Contains("unknown op 11"));
+        CHECK(wire::name(wire::op::stream) == "stream");
+        CHECK(wire::name(wire::module_op(3)) == "op 3");
+    }
+    SECTION("a frame that is not the link's says so without naming a module") {
+        auto b = bytes;
+        b[0] = std::byte{0};
+        why.clear();
+        CHECK_FALSE(wire::decode(b, why));
+        CHECK_THAT(why, Catch::Contains("the link's magic number"));
+        CHECK(why.find("group") == std::string::npos);
+    }
 }

@@ -85,21 +85,32 @@ struct CORDMA_API connection_settings {
     /// middle packets of a message are exactly one MTU long), set the same
     /// cap on both sides, or leave it to the path.
     ibv_mtu path_mtu = IBV_MTU_4096;
-    /// Local ACK timeout code: 4.096 us * 2^timeout (14: about 67 ms).
-    std::uint8_t timeout = 14;
+    // The reliability defaults below are cordma's for every queue pair, on
+    // every path (rdma_cm, the TCP exchange, connect_loopback): their
+    // numbers are held once, in queue_pair.hpp's qp_defaults.
+
+    /// Local ACK timeout code: 4.096 us * 2^timeout (default 14: about
+    /// 67 ms).
+    std::uint8_t timeout = qp_defaults::timeout;
     /// Retransmissions before a work request fails with a retry error
     /// (IBV_WC_RETRY_EXC_ERR, "the peer stopped acknowledging"). A peer
     /// that stops answering (its link down, its host off) is found after
     /// about (retry_count + 1) * 4.096 us * 2^timeout: 7 * 67 ms = 470 ms
     /// with the defaults (the IB spec lets a device's timer run up to 4x
-    /// long). Not 7 by default: rxe, and some devices, retry forever at 7.
-    std::uint8_t retry_count = 6;
-    /// Receiver-not-ready retries of this side's sends. Never 7 ("forever")
-    /// by default.
-    std::uint8_t rnr_retry = 6;
+    /// long). Default 6, not 7: rxe, and some devices, retry forever at 7.
+    std::uint8_t retry_count = qp_defaults::retry_count;
+    /// Receiver-not-ready retries of this side's sends (default 6). Never
+    /// 7 ("forever") by default.
+    std::uint8_t rnr_retry = qp_defaults::rnr_retry;
     /// How long a peer waits before retrying this side when no receive was
-    /// posted here, as the IB code (0 = 655 ms, 12 = 0.64 ms, 20 = 10 ms).
-    std::uint8_t min_rnr_timer = 0;
+    /// posted here, as the IB code: 0 = 655 ms (the longest), 1 = 0.01 ms,
+    /// 12 = 0.64 ms, 20 = 10 ms, 31 = 491 ms. Default 0, what the kernel's
+    /// connection manager gives an rdma_cm QP: with rnr_retry 6 a receiver
+    /// may fall behind for about 4 s before the sender's work request fails
+    /// (IBV_WC_RNR_RETRY_EXC_ERR), on every transport alike; a program that
+    /// keeps its receives posted and wants a late one retried sooner sets
+    /// 12, as cordma::rpc's server does.
+    std::uint8_t min_rnr_timer = qp_defaults::min_rnr_timer;
     /// What peers may do to memory through these connections (the QP's
     /// access flags: a peer's RDMA WRITE fails if remote_write is missing,
     /// whatever a grant allows).

@@ -392,7 +392,9 @@ private:
 /// Two connections joined to each other on one device (loopback), both
 /// served by the event listener `el`: for tests, examples and benchmarks.
 /// Each gets an agent (a second, control QP pair) serving memory from
-/// `pool` (default: a new pool on the pair's PD) within `limits`.
+/// `pool` (default: a new pool on the pair's PD) within `limits`. The QPs
+/// connect with `options`, whose reliability fields default to a
+/// builder's (qp_defaults; builder.hpp explains them).
 CORDMA_API std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listener> el,
                                                    const qp_capacity& capacity = {},
                                                    qp_connect_options options = {},

@@ -44,6 +44,24 @@ struct CORDMA_API qp_endpoint {
     std::uint16_t lid = 0;
 };
 
+/// The reliability settings of every cordma queue pair unless told
+/// otherwise, whichever way it is connected (a builder's
+/// connection_settings over rdma_cm or TCP, connect_loopback, a
+/// qp_connect_options of one's own): the numbers live here once, and
+/// builder.hpp's connection_settings says what each means and why it is
+/// the default.
+namespace qp_defaults {
+/// Local ACK timeout code: 4.096 us * 2^14, about 67 ms.
+inline constexpr std::uint8_t timeout = 14;
+/// Retransmissions; 7 means "forever" on rxe.
+inline constexpr std::uint8_t retry_count = 6;
+/// Receiver-not-ready retries; 7 means "forever".
+inline constexpr std::uint8_t rnr_retry = 6;
+/// The RNR NAK timer code a peer waits before retrying this side: 0 is
+/// 655 ms, the longest the IB encoding has (12 is 0.64 ms).
+inline constexpr std::uint8_t min_rnr_timer = 0;
+}  // namespace qp_defaults
+
 /// Path and reliability settings used when a QP moves to RTR and RTS.
 struct CORDMA_API qp_connect_options {
     /// The device port the QP uses (from 1).
@@ -53,14 +71,15 @@ struct CORDMA_API qp_connect_options {
     int gid_index = 0;
     /// Upper bound; the port's active MTU is used if smaller.
     ibv_mtu mtu = IBV_MTU_4096;
-    /// Local ACK timeout: 4.096 us * 2^timeout (14: about 67 ms).
-    std::uint8_t timeout = 14;
-    /// Transport retries; 7 means "forever" on rxe, so never the default.
-    std::uint8_t retry_count = 6;
-    /// Receiver-not-ready retries; 7 would mean "forever", so never the default.
-    std::uint8_t rnr_retry = 6;
-    /// Minimum RNR NAK timer code (12: 0.64 ms).
-    std::uint8_t min_rnr_timer = 12;
+    /// Local ACK timeout: 4.096 us * 2^timeout. The reliability fields
+    /// default to qp_defaults, as a builder's do (builder.hpp explains them).
+    std::uint8_t timeout = qp_defaults::timeout;
+    /// Transport retries.
+    std::uint8_t retry_count = qp_defaults::retry_count;
+    /// Receiver-not-ready retries of this side's sends.
+    std::uint8_t rnr_retry = qp_defaults::rnr_retry;
+    /// Minimum RNR NAK timer code this side asks its peer to wait.
+    std::uint8_t min_rnr_timer = qp_defaults::min_rnr_timer;
     /// RDMA reads and atomics in flight at once, each way (capped by what
     /// the device allows).
     std::uint8_t max_rd_atomic = 16;

@@ -10,6 +10,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "wire/byte_codec.hpp"
+
 // The layout is documented byte by byte in docs/agent-protocol.md; change
 // both together, and bump `version` for anything an old peer would misread.
 
@@ -52,65 +54,6 @@ std::string hex(std::uint64_t v, int digits = 1) {
     std::snprintf(buf, sizeof buf, "0x%0*" PRIx64, digits, v);
     return buf;
 }
-
-// Big-endian cursors. Callers check sizes before reading or writing, so
-// running off the end is a bug in this file, not something a peer can cause.
-class writer {
-public:
-    explicit writer(std::span<std::byte> out) noexcept : out_(out) {}
-
-    void u8(std::uint8_t v) noexcept {
-        assert(at_ < out_.size());
-        out_[at_++] = static_cast<std::byte>(v);
-    }
-    void u16(std::uint16_t v) noexcept { put(v, 2); }
-    void u32(std::uint32_t v) noexcept { put(v, 4); }
-    void u64(std::uint64_t v) noexcept { put(v, 8); }
-    void bytes(std::string_view s) noexcept {
-        for (char c : s)
-            u8(static_cast<std::uint8_t>(c));
-    }
-    std::size_t written() const noexcept { return at_; }
-
-private:
-    void put(std::uint64_t v, int n) noexcept {
-        for (int i = n - 1; i >= 0; --i)
-            u8(static_cast<std::uint8_t>(v >> (8 * i)));
-    }
-
-    std::span<std::byte> out_;
-    std::size_t at_ = 0;
-};
-
-class reader {
-public:
-    explicit reader(std::span<const std::byte> in) noexcept : in_(in) {}
-
-    std::uint8_t u8() noexcept {
-        assert(at_ < in_.size());
-        return std::to_integer<std::uint8_t>(in_[at_++]);
-    }
-    std::uint16_t u16() noexcept { return static_cast<std::uint16_t>(get(2)); }
-    std::uint32_t u32() noexcept { return static_cast<std::uint32_t>(get(4)); }
-    std::uint64_t u64() noexcept { return get(8); }
-    std::string bytes(std::size_t n) {
-        assert(n <= in_.size() - at_);
-        std::string s(reinterpret_cast<const char*>(in_.data() + at_), n);
-        at_ += n;
-        return s;
-    }
-
-private:
-    std::uint64_t get(int n) noexcept {
-        std::uint64_t v = 0;
-        for (int i = 0; i < n; ++i)
-            v = (v << 8) | u8();
-        return v;
-    }
-
-    std::span<const std::byte> in_;
-    std::size_t at_ = 0;
-};
 
 // The field rules, shared by encode (std::invalid_argument: our own bug or
 // the caller's) and decode (protocol_error: the peer's). Each returns the
@@ -240,14 +183,14 @@ std::size_t body_size(const release_mr& m) noexcept { return release_fixed_size 
 std::size_t body_size(const revoke_mr&) noexcept { return region_body_size; }
 std::size_t body_size(const ack&) noexcept { return 0; }
 
-void write_body(writer& w, const request_mr& m) noexcept {
+void write_body(byte_writer& w, const request_mr& m) noexcept {
     w.u32(m.request_id);
     w.u64(m.size);
     w.u32(m.alignment);
     w.u32(m.lease_ms);
     w.u32(m.access);
 }
-void write_body(writer& w, const grant_mr& m) noexcept {
+void write_body(byte_writer& w, const grant_mr& m) noexcept {
     w.u32(m.request_id);
     w.u64(m.region_id);
     w.u64(m.address);
@@ -256,29 +199,29 @@ void write_body(writer& w, const grant_mr& m) noexcept {
     w.u32(m.lease_ms);
     w.u32(m.access);
 }
-void write_body(writer& w, const deny_mr& m) noexcept {
+void write_body(byte_writer& w, const deny_mr& m) noexcept {
     w.u32(m.request_id);
     w.u32(m.code);
     w.u16(static_cast<std::uint16_t>(m.reason.size()));
     w.bytes(m.reason);
 }
-void write_body(writer& w, const return_mr& m) noexcept { w.u64(m.region_id); }
-void write_body(writer& w, const release_mr& m) noexcept {
+void write_body(byte_writer& w, const return_mr& m) noexcept { w.u64(m.region_id); }
+void write_body(byte_writer& w, const release_mr& m) noexcept {
     w.u16(static_cast<std::uint16_t>(m.region_ids.size()));
     for (auto id : m.region_ids)
         w.u64(id);
 }
-void write_body(writer& w, const revoke_mr& m) noexcept { w.u64(m.region_id); }
-void write_body(writer&, const ack&) noexcept {}
+void write_body(byte_writer& w, const revoke_mr& m) noexcept { w.u64(m.region_id); }
+void write_body(byte_writer&, const ack&) noexcept {}
 
 [[noreturn]] void fail(const std::string& what) { throw protocol_error("agent message: " + what); }
 
 // Reads the body of a fixed-size type whose length decode has checked.
 template <class T>
-T read_body(reader& r);
+T read_body(byte_reader& r);
 
 template <>
-request_mr read_body(reader& r) {
+request_mr read_body(byte_reader& r) {
     request_mr m;
     m.request_id = r.u32();
     m.size = r.u64();
@@ -288,7 +231,7 @@ request_mr read_body(reader& r) {
     return m;
 }
 template <>
-grant_mr read_body(reader& r) {
+grant_mr read_body(byte_reader& r) {
     grant_mr m;
     m.request_id = r.u32();
     m.region_id = r.u64();
@@ -300,11 +243,11 @@ grant_mr read_body(reader& r) {
     return m;
 }
 template <>
-return_mr read_body(reader& r) { return return_mr{r.u64()}; }
+return_mr read_body(byte_reader& r) { return return_mr{r.u64()}; }
 template <>
-revoke_mr read_body(reader& r) { return revoke_mr{r.u64()}; }
+revoke_mr read_body(byte_reader& r) { return revoke_mr{r.u64()}; }
 template <>
-ack read_body(reader&) { return ack{}; }
+ack read_body(byte_reader&) { return ack{}; }
 
 template <class T>
 message checked(T m) {
@@ -314,13 +257,13 @@ message checked(T m) {
 }
 
 template <class T>
-message decode_fixed(reader& r, message_type type, std::size_t body_length, std::size_t expected) {
+message decode_fixed(byte_reader& r, message_type type, std::size_t body_length, std::size_t expected) {
     if (body_length != expected)
         fail(std::string(to_string(type)) + " body is " + dec(body_length) + " bytes (expected " + dec(expected) + ")");
     return checked(read_body<T>(r));
 }
 
-message decode_deny(reader& r, std::size_t body_length) {
+message decode_deny(byte_reader& r, std::size_t body_length) {
     if (body_length < deny_fixed_size)
         fail("deny_mr body is " + dec(body_length) + " bytes (at least " + dec(deny_fixed_size) + ")");
     deny_mr m;
@@ -333,11 +276,11 @@ message decode_deny(reader& r, std::size_t body_length) {
     if (body_length != deny_fixed_size + reason_length)
         fail("deny_mr body is " + dec(body_length) + " bytes but reason_length " + dec(reason_length) + " needs " +
              dec(deny_fixed_size + reason_length));
-    m.reason = r.bytes(reason_length);
+    m.reason = r.text(reason_length);
     return checked(std::move(m));
 }
 
-message decode_release(reader& r, std::size_t body_length) {
+message decode_release(byte_reader& r, std::size_t body_length) {
     if (body_length < release_fixed_size)
         fail("release_mr body is " + dec(body_length) + " bytes (at least " + dec(release_fixed_size) + ")");
     std::size_t count = r.u16();
@@ -410,7 +353,7 @@ std::size_t encode(const message& m, std::span<std::byte> out, std::uint16_t ack
             std::size_t length = body_size(body);
             // problem() bounds every variable part, so this always holds.
             assert(header_size + length <= max_message_size);
-            writer w(out);
+            byte_writer w(out);
             w.u16(magic);
             w.u8(version);
             w.u8(static_cast<std::uint8_t>(type_of(m)));
@@ -426,7 +369,7 @@ std::size_t encode(const message& m, std::span<std::byte> out, std::uint16_t ack
 frame decode_frame(std::span<const std::byte> in) {
     if (in.size() < header_size)
         fail(dec(in.size()) + " bytes is shorter than the " + dec(header_size) + "-byte header");
-    reader r(in);
+    byte_reader r(in);
     // Magic, then version, before anything else: a peer speaking another
     // version may lay out the rest differently, and should be told so.
     if (auto got = r.u16(); got != magic)

@@ -16,10 +16,10 @@ namespace wire = cordma::detail::link_wire;
 
 namespace {
 
-constexpr frame_kind all_to_all_kind{wire::collective::all_to_all, 0};
-constexpr frame_kind all_gather_kind{wire::collective::all_gather, 0};
-constexpr frame_kind arrival_kind{wire::collective::barrier, 1};
-constexpr frame_kind release_kind{wire::collective::barrier, 2};
+constexpr frame_kind all_to_all_kind{all_to_all_op, 0};
+constexpr frame_kind all_gather_kind{all_gather_op, 0};
+constexpr frame_kind arrival_kind{barrier_op, 1};
+constexpr frame_kind release_kind{barrier_op, 2};
 
 /// One peer's part: send `out` (length bytes at out_offset) and take the
 /// peer's frame of the same kind into `in` at in_offset, both at once (a

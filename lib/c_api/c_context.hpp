@@ -59,6 +59,8 @@ public:
     bool failed() const noexcept override { return failure_.has_value(); }
     [[noreturn]] void throw_failure() const override;
     const char* module_name() const noexcept override { return "C API"; }
+    /// The C call an op belongs to ("cordma_alltoall"; c_frames.cpp).
+    std::string op_name(link_wire::op o) const override;
 
     /// Throws c_failure unless the peer can carry a call (ENOTCONN).
     void check_usable() const;

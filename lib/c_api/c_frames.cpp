@@ -24,14 +24,27 @@ local_slice user_buffer::registered(std::size_t offset, std::size_t length) {
 }
 
 std::string describe_kind(frame_kind kind) {
-    switch (kind.op) {
-    case wire::collective::message: return "a message (cordma_send)";
-    case wire::collective::all_to_all: return "its cordma_alltoall";
-    case wire::collective::all_gather: return "its cordma_allgather";
-    case wire::collective::barrier:
+    if (kind.op == wire::op::message)
+        return "a message (cordma_send)";
+    if (kind.op == all_to_all_op)
+        return "its cordma_alltoall";
+    if (kind.op == all_gather_op)
+        return "its cordma_allgather";
+    if (kind.op == barrier_op)
         return kind.extra == 1 ? "its cordma_barrier (arrival)" : "its cordma_barrier (release)";
-    default: return std::string("a ") + wire::name(kind.op) + " frame of a cordma::group";
-    }
+    return "a frame of op " + wire::name(kind.op) + ", which no C call sends";
+}
+
+std::string peer_state::op_name(link_wire::op o) const {
+    if (o == wire::op::message)
+        return "cordma_send";
+    if (o == all_to_all_op)
+        return "cordma_alltoall";
+    if (o == all_gather_op)
+        return "cordma_allgather";
+    if (o == barrier_op)
+        return "cordma_barrier";
+    return wire::name(o);
 }
 
 task<void> send_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffer* buf, std::size_t offset,

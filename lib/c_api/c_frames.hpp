@@ -50,9 +50,17 @@ private:
     std::vector<local_mr> registrations_;
 };
 
+/// The C API's own ops, in the range the link leaves to its owner
+/// (link_wire::module_op); a message is the link's op `message`. Numbered
+/// as cordma::group numbers its collectives of the same name, so a capture
+/// of either reads alike.
+inline constexpr link_wire::op barrier_op = link_wire::module_op(1);
+inline constexpr link_wire::op all_to_all_op = link_wire::module_op(3);
+inline constexpr link_wire::op all_gather_op = link_wire::module_op(4);
+
 /// What a frame is for: the operation and its round (`extra`).
 struct frame_kind {
-    link_wire::collective op = link_wire::collective::message;
+    link_wire::op op = link_wire::op::message;
     std::uint32_t extra = 0;
 };
 

@@ -14,7 +14,7 @@ namespace wire = cordma::detail::link_wire;
 
 namespace {
 
-constexpr frame_kind message_kind{wire::collective::message, 0};
+constexpr frame_kind message_kind{wire::op::message, 0};
 
 void check_buffer(const void* data, std::size_t len, const char* name) {
     if (data == nullptr && len != 0)

@@ -34,10 +34,7 @@ std::pair<connection, connection> connect_loopback(std::shared_ptr<event_listene
     };
     auto [a, b] = make_pair(capacity);
     // The agents' control channel: the same rules as every transport's.
-    qp_connect_options control_options = options;
-    control_options.rnr_retry = 7;
-    control_options.remote_access = access_flags::none;
-    std::swap(options, control_options);
+    options = detail::control_qp_options(options);
     auto [ca, cb] = make_pair(detail::control_capacity);
     std::string name = device->name() + " loopback qpn ";
     auto join = [&](std::shared_ptr<queue_pair> qp, const queue_pair& other) {

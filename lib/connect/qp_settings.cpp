@@ -173,13 +173,7 @@ qp_connect_options qp_options(const connection_settings& s, const device_context
     o.rnr_retry = s.rnr_retry;
     o.min_rnr_timer = s.min_rnr_timer;
     o.remote_access = s.remote_access;
-    if (role == qp_role::control) {
-        // The agent only sends and receives; its receives are re-posted as
-        // soon as handled, so waiting out "receiver not ready" is safe.
-        o.rnr_retry = 7;
-        o.remote_access = access_flags::none;
-    }
-    return o;
+    return role == qp_role::control ? control_qp_options(o) : o;
 }
 
 }  // namespace cordma::detail

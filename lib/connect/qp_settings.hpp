@@ -54,6 +54,17 @@ struct usable_gid {
 };
 std::vector<usable_gid> usable_gids(const device_context& device, std::uint8_t port, int family);
 
+/// The agent's control QP's options beside its data QP's (`data`), on
+/// every transport: the agent only sends and receives, and re-posts each
+/// receive as soon as its message is handled, so waiting out "receiver not
+/// ready" is safe (rnr_retry 7, forever); peers may not touch memory
+/// through it.
+inline qp_connect_options control_qp_options(qp_connect_options data) noexcept {
+    data.rnr_retry = 7;
+    data.remote_access = access_flags::none;
+    return data;
+}
+
 /// The agent's control QP: its flow control keeps at most a window of
 /// messages and two acks unread at the peer (docs/agent-protocol.md), and
 /// every receive is re-posted as soon as its message is handled.

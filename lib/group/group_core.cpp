@@ -67,10 +67,14 @@ std::string group_core::prefix() const {
 }
 
 std::string group_core::describe_extra(const wire::header& h) const {
-    if (h.op != wire::collective::reduce && h.op != wire::collective::all_reduce)
+    if (h.op != op_of(collective::reduce) && h.op != op_of(collective::all_reduce))
         return {};
     return std::string(", ") + element_name(static_cast<element_type>(h.extra >> 8)) + " " +
            reduce_name(static_cast<reduce_op>(h.extra & 0xff));
+}
+
+std::string group_core::mismatch(const std::string& peer, const std::string& sent, const std::string& expected) const {
+    return "mismatched collectives: " + peer + " sent " + sent + ", but this rank called " + expected;
 }
 
 void group_core::throw_failure() const {
@@ -79,18 +83,18 @@ void group_core::throw_failure() const {
     throw std::logic_error("cordma::group: throw_failure without a failure (internal error)");
 }
 
-task<void> group_core::run(wire::collective op, group_call call, task<void> body) {
+task<void> group_core::run(collective c, group_call call, task<void> body) {
     auto self = shared_from_this();
     if (!event_listener_->running_in_this_thread())
         co_await event_listener_->schedule();
     if (failure_)
         throw_failure();
     if (busy_)
-        throw std::logic_error(std::string("cordma::group::") + wire::name(op) + " on rank " + std::to_string(rank_) +
+        throw std::logic_error(std::string("cordma::group::") + collective_name(c) + " on rank " + std::to_string(rank_) +
                                ": another collective of this group is in progress; collectives run one at a time "
                                "per group, in the same order on every rank");
     busy_ = true;
-    current_.op = op;
+    current_.op = op_of(c);
     current_.seq = ++next_seq_;
     auto timeout = call.timeout.count() > 0 ? call.timeout : options_.operation_timeout;
     stop_ = std::stop_source();
@@ -120,7 +124,7 @@ task<void> group_core::run(wire::collective op, group_call call, task<void> body
         co_return;
     if (failure_)
         throw_failure();
-    std::string what = std::string(wire::name(op)) + " #" + std::to_string(current_.seq);
+    std::string what = std::string(collective_name(c)) + " #" + std::to_string(current_.seq);
     try {
         std::rethrow_exception(error);
     } catch (const operation_cancelled&) {

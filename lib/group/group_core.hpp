@@ -18,6 +18,7 @@
 #include <cordma/local_mr.hpp>
 #include <cordma/task.hpp>
 
+#include "group/collective.hpp"
 #include "group/mailbox.hpp"
 #include "link/link_wire.hpp"
 #include "link/peer_link.hpp"
@@ -60,15 +61,19 @@ public:
     bool failed() const noexcept override { return failure_.has_value(); }
     [[noreturn]] void throw_failure() const override;
     const char* module_name() const noexcept override { return "group"; }
+    /// A collective's name (collective.hpp), or the link's for its ops.
+    std::string op_name(link_wire::op o) const override { return group_op_name(o); }
     /// A reduction's element type and operation.
     std::string describe_extra(const link_wire::header& h) const override;
+    /// "mismatched collectives: rank 2 (...) sent ..., but this rank called ...".
+    std::string mismatch(const std::string& peer, const std::string& sent, const std::string& expected) const override;
     /// "cordma::group, rank 1 of 3: ", how this rank's errors begin.
     std::string prefix() const;
 
     /// The collective in progress: its number and the token that stops
     /// when its deadline passes or its caller's stop token is stopped.
     struct current_call {
-        link_wire::collective op = link_wire::collective::none;
+        link_wire::op op = link_wire::op::none;  // op_of(the collective)
         std::uint32_t seq = 0;
         std::stop_token token;
     };
@@ -76,7 +81,7 @@ public:
 
     /// Runs `body` (which reads current()) as collective `op`: one at a time,
     /// under its deadline; any failure breaks the group (see group.hpp).
-    task<void> run(link_wire::collective op, group_call call, task<void> body);
+    task<void> run(collective c, group_call call, task<void> body);
 
     /// Point-to-point messages (group.hpp; lib/group/messages.cpp): `dest`
     /// and `source` checked by the caller.

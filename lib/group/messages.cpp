@@ -96,7 +96,7 @@ task<void> group_core::send_message(int dest, local_slice payload, std::uint32_t
     p2p_scope scope(*this, call);
     peer_link& l = link(dest);
     wire::header h;
-    h.op = wire::collective::message;
+    h.op = wire::op::message;
     h.seq = mail().next_seq(dest);
     h.root = tag;
     auto what = [&] {

@@ -18,7 +18,7 @@ const char* module_of(std::uint64_t mark) {
         return "a cordma C API context";
     if (mark == stream_hello_mark)
         return "a cordma stream";
-    return "not cordma's, or a cordma::group rank";
+    return "not cordma's, or another cordma module's";
 }
 
 [[noreturn]] void refuse(const std::string& why) {

@@ -1,9 +1,9 @@
 #pragma once
 /// The hello two processes exchange on a new connection before a link runs
-/// on it (C API peers, streams; a group has its own, carrying ranks): each
+/// on it (C API peers, streams; a module may send its own instead): each
 /// side's window and inline size, under a mark that says which module
-/// speaks, so a C API peer never takes a stream (or a group rank) for one
-/// of its own. The connection's receives must be posted (the queue) before
+/// speaks, so a C API peer never takes a stream (or another module's peer)
+/// for one of its own. The connection's receives must be posted (the queue) before
 /// the hello goes out, so the peer's hello finds one.
 
 #include <chrono>

@@ -91,10 +91,10 @@ task<void> peer_link::dispatch() {
                   "-byte receive buffers (" + e.what() + ")";
     } catch (const std::exception& e) {
         // The connection is gone (closed by the peer once it was done, or
-        // broken). What already arrived stays to be taken: a rank that
-        // finishes its last collective and closes must not fail a peer
-        // still taking that collective's frames. A step that finds nothing
-        // left fails the group then (link_gone).
+        // broken). What already arrived stays to be taken: a peer that
+        // finishes its last step and closes must not fail a peer still
+        // taking that step's frames. A step that finds nothing left fails
+        // the owner then (link_gone).
         connection_lost(e.what());
         co_return;
     }
@@ -165,14 +165,14 @@ void peer_link::on_frame(wire::header h, received_message m) {
                            rank_, true);
             return;
         }
-        if (sink_ && h.op == wire::collective::message) {
+        if (sink_ && h.op == wire::op::message) {
             sink_->arrived(*this, inbound_frame{h, std::move(m)});
             return;
         }
         inbox_->push(inbound_frame{h, std::move(m)});
         return;
     case wire::frame::fin:
-        if (sink_ && h.op == wire::collective::message) {
+        if (sink_ && h.op == wire::op::message) {
             m.release();
             sink_->fin_arrived(*this, h);
             return;
@@ -227,7 +227,7 @@ void peer_link::throw_owner_failure() const {
 }
 
 std::string peer_link::describe(const wire::header& h) const {
-    std::string s = std::string(wire::name(h.op)) + " #" + std::to_string(h.seq) + " (step " +
+    std::string s = op_name(h.op) + " #" + std::to_string(h.seq) + " (step " +
                     std::to_string(h.step) + ", root " + std::to_string(h.root) + ", " + std::to_string(h.size) +
                     " bytes";
     if (auto core = core_.lock())
@@ -246,6 +246,11 @@ std::string peer_link::describe(const expected_frame& e) const {
     return describe(h);
 }
 
+std::string peer_link::op_name(wire::op o) const {
+    auto core = core_.lock();
+    return core ? core->op_name(o) : wire::name(o);
+}
+
 void peer_link::probe(std::chrono::steady_clock::time_point now, std::chrono::milliseconds patience) {
     if (lost_ || conn_.is_broken())
         return;
@@ -256,7 +261,7 @@ void peer_link::probe(std::chrono::steady_clock::time_point now, std::chrono::mi
             // RC retries cannot be relied on to notice (on rxe, sends to a
             // powered-off host neither completed nor failed for a minute,
             // with a retry count of 6 or 7; and nothing is sent while a
-            // rank only waits), so silence is what tells.
+            // side only waits), so silence is what tells.
             connection_lost("no answer to a keepalive for " + std::to_string(patience.count()) +
                             " ms: its host is down, unreachable or stopped");
             return;

@@ -1,11 +1,10 @@
 #pragma once
 /// One process's link to another: the connection, the receives kept
 /// posted on it (a receive_queue), and the frames of link_wire.hpp over
-/// it, with flow control. Groups (a link per rank), the C API (a link per
-/// peer) and streams run on it; a link reports failures to its link_owner
-/// (the group, one C peer, one stream).
+/// it, with flow control. The modules run on it (a link per peer); a link
+/// reports failures to its link_owner, which words them (docs/link.md).
 ///
-/// Flow control: a rank may have at most `window` credit-counted frames
+/// Flow control: a side may have at most `window` credit-counted frames
 /// (data, rts) to a peer that the peer has not yet handled; every frame
 /// carries `acked` (how many of the other side's it has handled), and a
 /// bare credit frame goes out once half a window is handled and not yet
@@ -15,10 +14,9 @@
 /// receiver-not-ready can happen.
 ///
 /// A dispatcher coroutine drains the receive_queue as frames arrive: data
-/// and rts frames wait in `inbox` for the collective step that takes them
-/// (in order: ranks call collectives in the same order), fins in `fins`
-/// for the sender of the rts, credits go straight to the window. Event
-/// listener thread only.
+/// and rts frames wait in `inbox` for the owner's step that takes them (in
+/// order), fins in `fins` for the sender of the rts, credits go straight
+/// to the window. Event listener thread only.
 
 #include <chrono>
 #include <cstddef>
@@ -41,33 +39,43 @@
 
 namespace cordma::detail {
 
-/// Who a link reports to when it fails: a group (every rank's collective
-/// fails) or a C API peer (that peer alone). Event listener thread only.
+/// Who a link reports to when it fails, and whose words its errors use:
+/// the module that owns it (one owner may hold many links). Event listener
+/// thread only.
 class link_owner {
 public:
     virtual ~link_owner() = default;
     /// The link broke (`why`); remember the first reason, wake every wait,
-    /// and (tell_peers) send aborts naming `rank_at_fault` (-1: nobody).
+    /// and (tell_peers) send aborts naming `rank_at_fault` (the link's
+    /// number for the peer at fault; -1: nobody).
     virtual void fail(std::errc code, const std::string& why, int rank_at_fault, bool tell_peers) = 0;
     virtual bool failed() const noexcept = 0;
     /// Throws the error fail() recorded.
     [[noreturn]] virtual void throw_failure() const = 0;
-    /// The owner's word for itself ("group", "stream", "C API"): a link
-    /// names its waits with it ("group receive"), so errors speak the
-    /// caller's module.
+    /// The owner's word for itself ("stream", "C API"): a link names its
+    /// waits with it ("stream receive"), so errors speak the caller's
+    /// module.
     virtual const char* module_name() const noexcept { return "link"; }
-    /// What the owner adds to a frame's description in errors (a group:
-    /// a reduction's element type and operation); empty by default.
+    /// The name of an op in errors: the owner's for its own ops
+    /// (link_wire::module_op), link_wire::name by default.
+    virtual std::string op_name(link_wire::op o) const { return link_wire::name(o); }
+    /// What the owner adds to a frame's description in errors (say, what
+    /// `extra` means for that op); empty by default.
     virtual std::string describe_extra(const link_wire::header&) const { return {}; }
+    /// Why a frame that does not match what the owner's step expected
+    /// fails: `peer` sent `sent` (described), the step expected `expected`.
+    virtual std::string mismatch(const std::string& peer, const std::string& sent, const std::string& expected) const {
+        return "mismatched frames: " + peer + " sent " + sent + ", but this side expected " + expected;
+    }
 };
 
 class peer_link;
 struct inbound_frame;
 
 /// Where a link hands its point-to-point message frames (op `message`)
-/// and their fins instead of the inbox, when its owner sets one (a group:
-/// messages are matched by source and tag, not taken in order with the
-/// collectives). Event listener thread only.
+/// and their fins instead of the inbox, when its owner sets one (an owner
+/// that matches messages by something other than arrival order). Event
+/// listener thread only.
 class message_sink {
 public:
     virtual ~message_sink() = default;
@@ -80,11 +88,11 @@ public:
     virtual void link_lost(peer_link& from, const std::string& why) = 0;
 };
 
-/// What a collective step expects the peer's next frame to say. With op
-/// `none`, any data or rts frame is taken as it is (the C API checks it
-/// itself, and keeps a frame that does not fit).
+/// What the owner's step expects the peer's next frame to say. With op
+/// `none`, any data or rts frame is taken as it is (the owner checks it
+/// itself, and may keep a frame that does not fit).
 struct expected_frame {
-    link_wire::collective op = link_wire::collective::none;
+    link_wire::op op = link_wire::op::none;
     std::uint32_t seq = 0;
     std::uint16_t step = 0;
     std::uint32_t root = 0;
@@ -106,7 +114,9 @@ public:
     /// slot_count of peer_window frames of frame_size(eager_size);
     /// `peer_window` is what the peer's hello granted. `eager_size` is the
     /// most this side sends inline (what the peer's receives hold),
-    /// `receive_eager` the most it accepts inline (a group: the same).
+    /// `receive_eager` the most it accepts inline. `rank` is the owner's
+    /// number for the peer (reported to link_owner::fail), `name` how
+    /// errors name it.
     peer_link(std::weak_ptr<link_owner> owner, int rank, std::string name, cordma::connection conn,
               receive_queue queue, std::uint32_t own_window, std::uint32_t peer_window, std::size_t eager_size,
               std::size_t receive_eager, local_mr slots);
@@ -127,7 +137,8 @@ public:
     static std::size_t slot_count(std::uint32_t peer_window) noexcept { return 2 * std::size_t(peer_window) + 8; }
 
     int rank() const noexcept { return rank_; }
-    /// "rank 2 (10.78.0.3:7600)", as errors name the peer.
+    /// "rank 2 (10.78.0.3:7600)", "stream peer 10.78.0.3:7600": as errors
+    /// name the peer.
     const std::string& name() const noexcept { return name_; }
     const cordma::connection& connection() const noexcept { return conn_; }
     std::size_t eager_size() const noexcept { return eager_size_; }
@@ -192,7 +203,7 @@ public:
     /// The owner's word for itself, as waits and errors name it.
     const std::string& module() const noexcept { return module_; }
 
-    /// Liveness, called once a tick while a collective waits: sends a ping
+    /// Liveness, called once a tick while the owner waits: sends a ping
     /// unless one is unanswered; if one has gone unanswered for longer than
     /// `patience`, the link is lost (naming why).
     void probe(std::chrono::steady_clock::time_point now, std::chrono::milliseconds patience);
@@ -202,10 +213,10 @@ public:
         if (ping_outstanding_ && last_heard_ < ping_sent_)
             ping_sent_ = now;
     }
-    /// Tells the peer the group failed (best effort, once).
+    /// Tells the peer the owner failed (best effort, once).
     void send_abort(std::uint32_t rank_at_fault, const std::string& why);
-    /// The group failed: every waiting take, send and fin wait wakes and
-    /// throws the group's error.
+    /// The owner failed: every waiting take, send and fin wait wakes and
+    /// throws the owner's error.
     void close_queues();
     /// After its owner failed: closes the connection once the frames in
     /// flight (an abort, say) have left, or 2 s passed; returns at once.
@@ -237,7 +248,7 @@ private:
     /// frame, or the free list.
     void slot_done(std::size_t slot);
     [[noreturn]] void throw_owner_failure() const;
-    /// A wait found the connection gone and nothing left: fails the group
+    /// A wait found the connection gone and nothing left: fails the owner
     /// naming this peer, and throws its error.
     [[noreturn]] void link_gone() const;
     /// The connection is gone (why): frames that arrived stay to be taken;
@@ -254,11 +265,12 @@ private:
     static constexpr std::chrono::milliseconds lost_grace{1000};
     std::string describe(const link_wire::header& h) const;
     std::string describe(const expected_frame& e) const;
+    std::string op_name(link_wire::op o) const;
 
     std::weak_ptr<link_owner> core_;
-    std::string module_;             // "group", "stream", "C API"
-    std::string receive_call_;       // "group receive"
-    std::string send_call_;          // "group send"
+    std::string module_;             // "stream", "C API", ...
+    std::string receive_call_;       // "stream receive"
+    std::string send_call_;          // "stream send"
     std::shared_ptr<message_sink> sink_;
     std::shared_ptr<cordma::event_listener> event_listener_;
     int rank_;

@@ -22,11 +22,12 @@ task<inbound_frame> peer_link::take(expected_frame e, std::stop_token token) {
     if (!f)
         link_gone();
     const wire::header& h = f->header;
-    if (e.op != wire::collective::none && (h.op != e.op || h.seq != e.seq || h.step != e.step || h.root != e.root || h.extra != e.extra ||
-        h.size != e.size)) {
-        std::string why = "mismatched collectives: " + name_ + " sent " + describe(h) + ", but this rank called " +
-                          describe(e);
-        if (auto core = core_.lock()) {
+    if (e.op != wire::op::none && (h.op != e.op || h.seq != e.seq || h.step != e.step || h.root != e.root ||
+                                   h.extra != e.extra || h.size != e.size)) {
+        auto core = core_.lock();
+        std::string why = core ? core->mismatch(name_, describe(h), describe(e))
+                               : "mismatched frames: " + name_ + " sent " + describe(h);
+        if (core) {
             core->fail(std::errc::invalid_argument, why, rank_, true);
             core->throw_failure();
         }

@@ -117,9 +117,9 @@ task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token 
     if (!fin)
         link_gone();
     if (fin->seq != h.seq || fin->step != h.step) {
-        std::string why = name_ + " finished reading " + std::string(wire::name(fin->op)) + " #" +
-                          std::to_string(fin->seq) + " step " + std::to_string(fin->step) + ", but this rank sent " +
-                          wire::name(h.op) + " #" + std::to_string(h.seq) + " step " + std::to_string(h.step);
+        std::string why = name_ + " finished reading " + op_name(fin->op) + " #" + std::to_string(fin->seq) +
+                          " step " + std::to_string(fin->step) + ", but this side sent " + op_name(h.op) + " #" +
+                          std::to_string(h.seq) + " step " + std::to_string(h.step);
         if (auto core = core_.lock())
             core->fail(std::errc::protocol_error, why, rank_, true);
         throw_owner_failure();

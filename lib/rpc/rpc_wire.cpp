@@ -3,32 +3,28 @@
 // that encode() could not have written.
 #include "rpc/rpc_wire.hpp"
 
-#include <cstring>
-
-#include "link/little_endian.hpp"
+#include "wire/byte_codec.hpp"
 
 namespace cordma::detail::rpc_wire {
 namespace {
-
-using little_endian::get;
-using little_endian::put;
 
 constexpr std::uint8_t last_type = static_cast<std::uint8_t>(frame::credit);
 
 }  // namespace
 
 void encode(const header& h, std::span<std::byte, header_size> out) noexcept {
-    std::byte* p = out.data();
-    std::memset(p, 0, header_size);
-    put<std::uint16_t>(p + 0, magic);
-    put<std::uint8_t>(p + 2, version);
-    put<std::uint8_t>(p + 3, static_cast<std::uint8_t>(h.type));
-    put<std::uint32_t>(p + 4, h.credits);
-    put<std::uint64_t>(p + 8, h.id);
-    put<std::uint32_t>(p + 16, h.code);
-    put<std::uint64_t>(p + 24, h.size);
-    put<std::uint64_t>(p + 32, h.addr);
-    put<std::uint32_t>(p + 40, h.rkey);
+    byte_writer w(out);
+    w.u16(magic);
+    w.u8(version);
+    w.u8(static_cast<std::uint8_t>(h.type));
+    w.u32(h.credits);
+    w.u64(h.id);
+    w.u32(h.code);
+    w.zeros(4);
+    w.u64(h.size);
+    w.u64(h.addr);
+    w.u32(h.rkey);
+    w.zeros(4);
 }
 
 std::optional<header> decode(std::span<const std::byte> bytes, std::string& why) {
@@ -37,33 +33,34 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
               std::to_string(header_size) + "-byte header";
         return std::nullopt;
     }
-    const std::byte* p = bytes.data();
-    if (get<std::uint16_t>(p) != magic) {
+    byte_reader r(bytes.first(header_size));
+    if (r.u16() != magic) {
         why = "a frame without cordma::rpc's magic number (not a cordma rpc peer?)";
         return std::nullopt;
     }
-    if (auto v = get<std::uint8_t>(p + 2); v != version) {
+    if (auto v = r.u8(); v != version) {
         why = "a frame of protocol version " + std::to_string(v) + " (this side speaks " + std::to_string(version) +
               ")";
         return std::nullopt;
     }
-    auto type = get<std::uint8_t>(p + 3);
+    auto type = r.u8();
     if (type < 1 || type > last_type) {
         why = "a frame of unknown type " + std::to_string(type);
         return std::nullopt;
     }
     header h;
     h.type = static_cast<frame>(type);
-    if (get<std::uint32_t>(p + 20) != 0 || get<std::uint32_t>(p + 44) != 0) {
+    h.credits = r.u32();
+    h.id = r.u64();
+    h.code = r.u32();
+    std::uint32_t reserved = r.u32();
+    h.size = r.u64();
+    h.addr = r.u64();
+    h.rkey = r.u32();
+    if (reserved != 0 || r.u32() != 0) {
         why = std::string("a ") + name(h.type) + " frame with its reserved bytes set";
         return std::nullopt;
     }
-    h.credits = get<std::uint32_t>(p + 4);
-    h.id = get<std::uint64_t>(p + 8);
-    h.code = get<std::uint32_t>(p + 16);
-    h.size = get<std::uint64_t>(p + 24);
-    h.addr = get<std::uint64_t>(p + 32);
-    h.rkey = get<std::uint32_t>(p + 40);
     std::size_t payload = bytes.size() - header_size;
     if (carries_payload(h.type) ? h.size != payload : payload != 0) {
         why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +

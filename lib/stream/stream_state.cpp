@@ -154,8 +154,8 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
             keepalive_scope alive(this);
             inbound_frame f = co_await link_->take(expected_frame{}, token);
             consumed_ = 0;
-            if (f.header.op != wire::collective::stream) {
-                std::string why = "sent a " + std::string(wire::name(f.header.op)) + " frame, not a stream's";
+            if (f.header.op != wire::op::stream) {
+                std::string why = "sent a frame of op " + wire::name(f.header.op) + ", not a stream's";
                 fail(std::errc::protocol_error, why, 0, true);
                 throw_failure();
             }
@@ -202,7 +202,7 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
 task<void> stream_state::write_frame(std::span<const std::byte> bytes, local_slice registered,
                                      std::stop_token token) {
     wire::header h;
-    h.op = wire::collective::stream;
+    h.op = wire::op::stream;
     h.extra = data_frame;
     h.seq = ++next_seq_;
     keepalive_scope alive(this);
@@ -292,7 +292,7 @@ task<void> stream_state::flush() {
             std::stop_token none;
             std::size_t slot = co_await link_->credit_and_slot(none);
             wire::header h;
-            h.op = wire::collective::stream;
+            h.op = wire::op::stream;
             h.extra = data_frame;
             h.seq = ++next_seq_;
             std::span<const std::byte> frame(batch_.data(), batch_.size());
@@ -355,7 +355,7 @@ task<void> stream_state::shutdown_write(std::stop_token token) {
 task<void> stream_state::send_end(std::stop_token token) {
     write_shut_ = true;
     wire::header h;
-    h.op = wire::collective::stream;
+    h.op = wire::op::stream;
     h.extra = end_frame;
     h.seq = ++next_seq_;
     std::span<const std::byte> none;

@@ -29,8 +29,9 @@ src=$(cd "$1" && pwd) build=$(cd "$2" && pwd) scenario=$3
 cd "$build"
 vm() { "$src/tools/rxe-vm" "$@"; }
 fp="$build/tests/fault_peer"
-# The retry time of cordma's default QP settings (builder.hpp): timeout
-# code 14 (4.096 us * 2^14 = 67 ms), retry_count 6: 7 tries, 470 ms. The
+# The retry time of cordma's default QP settings (qp_defaults in
+# queue_pair.hpp, explained in builder.hpp): timeout code 14
+# (4.096 us * 2^14 = 67 ms), retry_count 6: 7 tries, 470 ms. The
 # limit allows the IB spec's 4x timer slack plus 1 s for the emulated CPU.
 retry_ms=$(( (6 + 1) * 4096 * (1 << 14) / 1000000 ))
 linkdown_limit=$(( 4 * retry_ms + 1000 ))

@@ -187,13 +187,13 @@ rpc-rts-too-large 2 absent closing
 rpc-forged-rts 2 expect ^cordma::rpc::server: client $peer_re: reading its request of 1048576 bytes failed
 rpc-heartbeat-write 2 absent closing
 group
-stream-bad-hello 3 expect ^cordma::stream_listener::accept: refused $peer_re: its hello is a frame without the group's magic number
+stream-bad-hello 3 expect ^cordma::stream_listener::accept: refused $peer_re: its hello is a frame without the link's magic number
 stream-wrong-module 3 expect ^cordma::stream_listener::accept: refused $peer_re: the peer is a cordma C API context, this side a cordma stream
 stream-window-zero 3 expect ^cordma::stream_listener::accept: refused $peer_re: its window of 0 frames is out of range
 stream-huge-window 3 expect ^cordma::stream_listener::accept: refused $peer_re: its window of 4096 frames is out of range
 stream-silent 3 stall ^cordma::stream_listener::accept: refused $peer_re: receive_queue::next from $peer_re: no message within 10000 ms
-stream-bad-frame 3 expect ^cordma::stream to $peer_re: stream peer $peer_re sent a frame without the group's magic number
-stream-unknown-op 3 expect ^cordma::stream to $peer_re: stream peer $peer_re sent a frame for unknown collective 99
+stream-bad-frame 3 expect ^cordma::stream to $peer_re: stream peer $peer_re sent a frame without the link's magic number
+stream-unknown-op 3 expect ^cordma::stream to $peer_re: stream peer $peer_re sent a frame of unknown op 99
 stream-ack-beyond 3 expect ^cordma::stream to $peer_re: stream peer $peer_re acknowledged 1000 frames but only 0 were outstanding
 stream-forged-rts 3 expect ^cordma::stream to $peer_re: reading .* from stream peer $peer_re failed
 stream-oversize 3 expect ^cordma::stream to $peer_re: stream peer $peer_re sent a frame longer than the 16432-byte receive buffers

@@ -82,15 +82,10 @@ static void on_alarm(int sig) {
 
 /* ---- bytes ---------------------------------------------------------- */
 
-static void be16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
-static void be32(uint8_t *p, uint32_t v) { be16(p, (uint16_t)(v >> 16)); be16(p + 2, (uint16_t)v); }
-static void be64(uint8_t *p, uint64_t v) { be32(p, (uint32_t)(v >> 32)); be32(p + 4, (uint32_t)v); }
-static uint16_t get_be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
-static uint32_t get_be32(const uint8_t *p) { return (uint32_t)get_be16(p) << 16 | get_be16(p + 2); }
-static uint64_t get_be64(const uint8_t *p) { return (uint64_t)get_be32(p) << 32 | get_be32(p + 4); }
 static void le16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static void le32(uint8_t *p, uint32_t v) { le16(p, (uint16_t)v); le16(p + 2, (uint16_t)(v >> 16)); }
 static void le64(uint8_t *p, uint64_t v) { le32(p, (uint32_t)v); le32(p + 4, (uint32_t)(v >> 32)); }
+static uint16_t get_le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 static uint32_t get_le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -106,27 +101,27 @@ static uint64_t random64(void) {
     return state;
 }
 
-/* ---- the agent's messages (big-endian; docs/agent-protocol.md) ------ */
+/* ---- the agent's messages (little-endian; docs/agent-protocol.md) --- */
 
 enum { agent_request = 1, agent_grant = 2, agent_deny = 3, agent_return = 4, agent_release = 5, agent_ack = 7 };
 
 /* Header: magic "CA", version 2, type, body_length, acked. */
 static size_t agent_header(uint8_t *p, uint8_t type, uint16_t body_length, uint16_t acked) {
-    be16(p, 0x4341);
+    le16(p, 0x4341);
     p[2] = 2;
     p[3] = type;
-    be16(p + 4, body_length);
-    be16(p + 6, acked);
+    le16(p + 4, body_length);
+    le16(p + 6, acked);
     return 8;
 }
 
 static size_t agent_request_mr(uint8_t *p, uint32_t id, uint64_t size, uint32_t alignment, uint32_t access) {
     agent_header(p, agent_request, 24, 0);
-    be32(p + 8, id);
-    be64(p + 12, size);
-    be32(p + 20, alignment);
-    be32(p + 24, 60000);  // lease_ms
-    be32(p + 28, access);
+    le32(p + 8, id);
+    le64(p + 12, size);
+    le32(p + 20, alignment);
+    le32(p + 24, 60000);  // lease_ms
+    le32(p + 28, access);
     return 32;
 }
 
@@ -255,16 +250,15 @@ static int cm_connect(link_t *l, const void *private_data, uint8_t length) {
     return next_event(l, 15000, &status);
 }
 
-/* cordma's cm_hello (16 bytes, host order): magic "CDMA", version 1, kind
- * (1 data, 2 control), mtu 0 (no preference), reserved, token. */
+/* cordma's cm_hello (16 bytes, little-endian): magic "CDMA", version 1,
+ * kind (1 data, 2 control), mtu 0 (no preference), reserved, token. */
 static void cm_hello(uint8_t out[16], uint8_t kind, uint64_t token) {
-    uint32_t magic = 0x43444d41;
-    memcpy(out, &magic, 4);
+    le32(out, 0x43444d41);
     out[4] = 1;
     out[5] = kind;
     out[6] = 0;
     out[7] = 0;
-    memcpy(out + 8, &token, 8);
+    le64(out + 8, token);
 }
 
 /* The data QP and the agent's control QP, paired by the hello's token, as
@@ -283,7 +277,7 @@ static void agent_connect(link_t *data, link_t *control) {
              got < 0 ? "nothing" : rdma_event_str((enum rdma_cm_event_type)got));
     uint32_t reply = 0;
     if (data->private_data_len >= 4)
-        memcpy(&reply, data->private_data, 4);
+        reply = get_le32(data->private_data);
     if (reply != 0x43444d52)
         fail("the accept carries no cm_reply (magic 0x%08x): not a cordma listener with the agent", reply);
     cm_open(control, "control QP");
@@ -426,7 +420,7 @@ static uint8_t *agent_expect(link_t *control, uint8_t type, int *length) {
         int n = receive_message(control, &m, 10000);
         if (n < 0)
             fail("no agent message from the server within 10 s (waiting for type %u)", type);
-        if (n < 8 || get_be16(m) != 0x4341)
+        if (n < 8 || get_le16(m) != 0x4341)
             fail("the server sent a malformed agent message (%d bytes)", n);
         if (m[3] == agent_ack)
             continue;
@@ -448,9 +442,9 @@ static grant_t agent_request_grant(link_t *control, uint32_t id, uint64_t size) 
     send_expecting_success(control, m, n, "request_mr");
     int length = 0;
     uint8_t *g = agent_expect(control, agent_grant, &length);
-    grant_t out = {get_be64(g + 12), get_be64(g + 20), get_be64(g + 28), get_be32(g + 36)};
-    if (get_be32(g + 8) != id)
-        fail("the grant answers request %u, not %u", get_be32(g + 8), id);
+    grant_t out = {get_le64(g + 12), get_le64(g + 20), get_le64(g + 28), get_le32(g + 36)};
+    if (get_le32(g + 8) != id)
+        fail("the grant answers request %u, not %u", get_le32(g + 8), id);
     note("granted region %llu: %llu bytes at 0x%llx, rkey 0x%x", (unsigned long long)out.region_id,
          (unsigned long long)out.length, (unsigned long long)out.address, out.rkey);
     return out;
@@ -476,7 +470,7 @@ static int agent_scenario(const char *name) {
         agent_violation(m, 5, "5 bytes of a request_mr header");
     } else if (strcmp(name, "agent-bad-magic") == 0) {
         agent_header(m, agent_ack, 0, 0);
-        be16(m, 0x1234);
+        le16(m, 0x1234);
         agent_violation(m, 8, "an ack with magic 0x1234");
     } else if (strcmp(name, "agent-bad-version") == 0) {
         agent_header(m, agent_ack, 0, 0);
@@ -510,26 +504,26 @@ static int agent_scenario(const char *name) {
         agent_violation(m, agent_request_mr(m, 1, 4096, 64, 0x1 | 0x100), "request_mr with access 0x101");
     } else if (strcmp(name, "agent-release-never-granted") == 0) {
         agent_header(m, agent_release, 2 + 16, 0);
-        be16(m + 8, 2);
-        be64(m + 10, 4242);
-        be64(m + 18, 1ull << 62);
+        le16(m + 8, 2);
+        le64(m + 10, 4242);
+        le64(m + 18, 1ull << 62);
         agent_violation(m, 26, "release_mr of regions 4242 and 2^62, never granted");
     } else if (strcmp(name, "agent-return-never-granted") == 0) {
         agent_header(m, agent_return, 8, 0);
-        be64(m + 8, 4242);
+        le64(m + 8, 4242);
         agent_violation(m, 16, "return_mr of region 4242, never granted");
     } else if (strcmp(name, "agent-ack-beyond") == 0) {
         agent_header(m, agent_ack, 0, 5);
         agent_violation(m, 8, "an ack of 5 messages when the server sent none");
     } else if (strcmp(name, "agent-grant-unasked") == 0) {
         agent_header(m, agent_grant, 40, 0);
-        be32(m + 8, 77);         // request_id never sent by the server
-        be64(m + 12, 1);         // region_id
-        be64(m + 20, 0x10000);   // address
-        be64(m + 28, 4096);      // length
-        be32(m + 36, 0x1234);    // rkey
-        be32(m + 40, 1000);      // lease_ms
-        be32(m + 44, 0x2);       // access
+        le32(m + 8, 77);         // request_id never sent by the server
+        le64(m + 12, 1);         // region_id
+        le64(m + 20, 0x10000);   // address
+        le64(m + 28, 4096);      // length
+        le32(m + 36, 0x1234);    // rkey
+        le32(m + 40, 1000);      // lease_ms
+        le32(m + 44, 0x2);       // access
         agent_violation(m, 48, "grant_mr answering request 77, which the server never made");
     } else if (strcmp(name, "agent-size-limit") == 0) {
         // Valid on the wire, over the server's agent_limits: refused with
@@ -540,12 +534,12 @@ static int agent_scenario(const char *name) {
         int length = 0;
         uint8_t *d = agent_expect(&control, agent_deny, &length);
         char reason[256] = {0};
-        uint16_t reason_length = get_be16(d + 16);
+        uint16_t reason_length = get_le16(d + 16);
         memcpy(reason, d + 18, reason_length < 255 ? reason_length : 255);
-        if (get_be32(d + 8) != 9 || get_be32(d + 12) != EOVERFLOW)
-            fail("expected deny_mr{request 9, code EOVERFLOW}, got request %u code %u", get_be32(d + 8),
-                 get_be32(d + 12));
-        note("denied as expected: code %u, \"%s\"", get_be32(d + 12), reason);
+        if (get_le32(d + 8) != 9 || get_le32(d + 12) != EOVERFLOW)
+            fail("expected deny_mr{request 9, code EOVERFLOW}, got request %u code %u", get_le32(d + 8),
+                 get_le32(d + 12));
+        note("denied as expected: code %u, \"%s\"", get_le32(d + 12), reason);
         // Still up: a small request is granted.
         agent_request_grant(&control, 10, 4096);
     } else if (strcmp(name, "agent-flood") == 0) {
@@ -632,8 +626,8 @@ static int forged_scenario(const char *name) {
         grant_t g = agent_request_grant(&control, 1, 4096);
         uint8_t m[32];
         agent_header(m, agent_release, 10, 0);
-        be16(m + 8, 1);
-        be64(m + 10, g.region_id);
+        le16(m + 8, 1);
+        le64(m + 10, g.region_id);
         send_expecting_success(&control, m, 18, "release_mr of the grant");
         // Messages are handled in order: once this second grant arrives,
         // the release has been handled and the first rkey is dead.
@@ -655,7 +649,7 @@ static void expect_rejected(link_t *l, int got, const char *what) {
         fail("%s: expected REJECTED, got %s", what, got < 0 ? "nothing" : rdma_event_str((enum rdma_cm_event_type)got));
     uint32_t magic = 0;
     if (l->private_data_len >= 8)
-        memcpy(&magic, l->private_data, 4);
+        magic = get_le32(l->private_data);
     note("%s: REJECTED%s", what, magic == 0x43444d4e ? " with cordma's refusal" : "");
 }
 
@@ -804,28 +798,28 @@ typedef struct {
 
 static void encode_endpoint(uint8_t out[36], const endpoint_t *e) {
     memset(out, 0, 36);
-    be32(out, 0x4352444d);
-    be16(out + 4, 1);
-    be16(out + 6, e->lid);
-    be32(out + 8, e->qpn);
-    be32(out + 12, e->psn);
+    le32(out, 0x4352444d);
+    le16(out + 4, 1);
+    le16(out + 6, e->lid);
+    le32(out + 8, e->qpn);
+    le32(out + 12, e->psn);
     memcpy(out + 16, e->gid, 16);
     out[32] = e->mtu;
     out[33] = e->flags;
-    be16(out + 34, e->private_data_length);
+    le16(out + 34, e->private_data_length);
 }
 
 static endpoint_t decode_endpoint(const uint8_t in[36]) {
     endpoint_t e;
-    if (get_be32(in) != 0x4352444d)
-        fail("the server's endpoint message has magic 0x%08x", get_be32(in));
-    e.lid = get_be16(in + 6);
-    e.qpn = get_be32(in + 8);
-    e.psn = get_be32(in + 12);
+    if (get_le32(in) != 0x4352444d)
+        fail("the server's endpoint message has magic 0x%08x", get_le32(in));
+    e.lid = get_le16(in + 6);
+    e.qpn = get_le32(in + 8);
+    e.psn = get_le32(in + 12);
     memcpy(e.gid, in + 16, 16);
     e.mtu = in[32];
     e.flags = in[33];
-    e.private_data_length = get_be16(in + 34);
+    e.private_data_length = get_le16(in + 34);
     return e;
 }
 
@@ -938,11 +932,11 @@ static void bad_endpoint(const char *what, void (*spoil)(uint8_t *)) {
     expect_eof(fd, 15000);
 }
 
-static void spoil_qpn(uint8_t *m) { be32(m + 8, 0); }
+static void spoil_qpn(uint8_t *m) { le32(m + 8, 0); }
 static void spoil_mtu(uint8_t *m) { m[32] = 9; }
 static void spoil_flags(uint8_t *m) { m[33] = 0x80; }
 static void spoil_agent(uint8_t *m) { m[33] = 1; }
-static void spoil_version(uint8_t *m) { be16(m + 4, 9); }
+static void spoil_version(uint8_t *m) { le16(m + 4, 9); }
 
 static int tcp_scenario(const char *name) {
     if (strcmp(name, "tcp-garbage") == 0) {
@@ -1019,7 +1013,7 @@ static int tcp_scenario(const char *name) {
             fail("no ready byte from the server");
         uint8_t bad[8];
         agent_header(bad, agent_ack, 0, 0);
-        be16(bad, 0xdead);
+        le16(bad, 0xdead);
         int status = send_message(control.qp, control.send_cq, bad, sizeof bad);
         note("connected over TCP; sent an agent message with magic 0xdead: %s",
              status < 0 ? "no completion" : ibv_wc_status_str((enum ibv_wc_status)status));

@@ -145,7 +145,8 @@ void cm_acceptor::refuse_full(rdma_cm_id* id) noexcept {
     cm_refusal refusal;
     refusal.reason = cm_refusal::backlog_full;
     refusal.backlog = static_cast<std::uint16_t>(std::min<std::size_t>(settings_.backlog, 65535));
-    rdma_reject(id, &refusal, sizeof refusal);
+    auto bytes = refusal.bytes();
+    rdma_reject(id, bytes.data(), static_cast<std::uint8_t>(bytes.size()));
     rdma_destroy_id(id);
 }
 

@@ -1,6 +1,7 @@
 #include "connect/rdma_cm/cm_handshake.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
@@ -22,7 +23,8 @@ std::string peer_of(rdma_cm_id* id) {
 void refuse(rdma_cm_id* id, cm_refusal::reason_type reason) noexcept {
     cm_refusal refusal;
     refusal.reason = reason;
-    rdma_reject(id, &refusal, sizeof refusal);
+    auto bytes = refusal.bytes();
+    rdma_reject(id, bytes.data(), static_cast<std::uint8_t>(bytes.size()));
 }
 
 std::vector<std::byte> private_data_of(const cm_event_copy& event) {
@@ -169,10 +171,12 @@ task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settin
     qp->modify_to_init(options, init, init_mask);
 
     rdma_conn_param param = conn_param(*rt, settings, *qp);
+    std::array<std::byte, cm_hello::size> hello_bytes{};
     if (hello) {
         hello->mtu = static_cast<std::uint8_t>(capped_mtu(device, options));
-        param.private_data = &*hello;
-        param.private_data_len = sizeof *hello;
+        hello_bytes = hello->bytes();
+        param.private_data = hello_bytes.data();
+        param.private_data_len = static_cast<std::uint8_t>(hello_bytes.size());
     } else if (!settings.private_data.empty()) {
         // A plain connection: the user's bytes, nothing of cordma's. The
         // MTU is the path's (rdma_init_qp_attr at RTR), capped by ours.
@@ -226,10 +230,11 @@ task<std::shared_ptr<queue_pair>> cm_accept_qp(std::shared_ptr<runtime> rt, cons
         qp->modify_to_rts(options, rts, rts_mask);
         cm_reply reply;
         reply.mtu = static_cast<std::uint8_t>(options.mtu);
+        auto reply_bytes = reply.bytes();
         rdma_conn_param param = conn_param(*rt, settings, *qp);
         if (hello) {
-            param.private_data = &reply;
-            param.private_data_len = sizeof reply;
+            param.private_data = reply_bytes.data();
+            param.private_data_len = static_cast<std::uint8_t>(reply_bytes.size());
         } else if (!settings.private_data.empty()) {
             // A plain client: the user's bytes, nothing of cordma's.
             param.private_data = settings.private_data.data();

@@ -11,20 +11,30 @@
 /// that its backlog is full, which the client retries until its deadline.
 /// Connections without an agent (builder::agent(false)) send none of these:
 /// the user's private data instead. Each `from` accepts only what cordma
-/// writes: reserved bytes zero, as the other formats require.
+/// writes: reserved bytes zero, as the other formats require. Integers are
+/// little-endian, as in every cordma format (wire/byte_codec.hpp).
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <optional>
+#include <span>
 
 #include <infiniband/verbs.h>
 
 #include "engine/cm_target.hpp"
+#include "wire/byte_codec.hpp"
 
 namespace cordma::detail {
 
+/// The private data an rdma_cm event carries.
+inline std::span<const std::uint8_t> private_data_of_event(const cm_event_copy& event) noexcept {
+    return std::span<const std::uint8_t>(event.private_data.data(), event.private_data_len);
+}
+
 struct cm_hello {
     static constexpr std::uint32_t expected_magic = 0x43444d41;  // "CDMA"
+    static constexpr std::size_t size = 16;
     enum kind_type : std::uint8_t { data = 1, control = 2 };
 
     std::uint32_t magic = expected_magic;
@@ -35,13 +45,33 @@ struct cm_hello {
     std::uint8_t reserved = 0;
     std::uint64_t token = 0;
 
-    /// The hello in a connect request, if it carries a valid one (a client
-    /// that is not cordma, or has builder::agent(false), sends none).
-    static std::optional<cm_hello> from(const cm_event_copy& event) {
-        cm_hello h;
-        if (event.private_data_len < sizeof h)
+    /// The bytes of the connect request's private data.
+    std::array<std::byte, size> bytes() const {
+        std::array<std::byte, size> out{};
+        byte_writer w(out);
+        w.u32(magic);
+        w.u8(version);
+        w.u8(kind);
+        w.u8(mtu);
+        w.u8(reserved);
+        w.u64(token);
+        return out;
+    }
+
+    /// The hello in a connect request's private data, if it carries a valid
+    /// one (a client that is not cordma, or has builder::agent(false),
+    /// sends none).
+    static std::optional<cm_hello> from(std::span<const std::uint8_t> private_data) {
+        if (private_data.size() < size)
             return std::nullopt;
-        std::memcpy(&h, event.private_data.data(), sizeof h);
+        byte_reader r(private_data.first(size));
+        cm_hello h;
+        h.magic = r.u32();
+        h.version = r.u8();
+        h.kind = r.u8();
+        h.mtu = r.u8();
+        h.reserved = r.u8();
+        h.token = r.u64();
         // The token is odd (docs/wire-formats.md): the connection manager
         // pads private data with zeros, so a hello cut short after its
         // first bytes would otherwise pass with token 0.
@@ -50,32 +80,48 @@ struct cm_hello {
             return std::nullopt;
         return h;
     }
+    static std::optional<cm_hello> from(const cm_event_copy& event) { return from(private_data_of_event(event)); }
 };
-static_assert(sizeof(cm_hello) == 16);
 
 struct cm_reply {
     static constexpr std::uint32_t expected_magic = 0x43444d52;  // "CDMR"
+    static constexpr std::size_t size = 8;
     std::uint32_t magic = expected_magic;
     std::uint8_t version = 1;
     /// ibv_mtu code both sides use.
     std::uint8_t mtu = 0;
     std::uint16_t reserved = 0;
 
-    static std::optional<cm_reply> from(const cm_event_copy& event) {
-        cm_reply r;
-        if (event.private_data_len < sizeof r)
-            return std::nullopt;
-        std::memcpy(&r, event.private_data.data(), sizeof r);
-        if (r.magic != expected_magic || r.version != 1 || r.mtu < IBV_MTU_256 || r.mtu > IBV_MTU_4096 ||
-            r.reserved != 0)
-            return std::nullopt;
-        return r;
+    std::array<std::byte, size> bytes() const {
+        std::array<std::byte, size> out{};
+        byte_writer w(out);
+        w.u32(magic);
+        w.u8(version);
+        w.u8(mtu);
+        w.u16(reserved);
+        return out;
     }
+
+    static std::optional<cm_reply> from(std::span<const std::uint8_t> private_data) {
+        if (private_data.size() < size)
+            return std::nullopt;
+        byte_reader r(private_data.first(size));
+        cm_reply h;
+        h.magic = r.u32();
+        h.version = r.u8();
+        h.mtu = r.u8();
+        h.reserved = r.u16();
+        if (h.magic != expected_magic || h.version != 1 || h.mtu < IBV_MTU_256 || h.mtu > IBV_MTU_4096 ||
+            h.reserved != 0)
+            return std::nullopt;
+        return h;
+    }
+    static std::optional<cm_reply> from(const cm_event_copy& event) { return from(private_data_of_event(event)); }
 };
-static_assert(sizeof(cm_reply) == 8);
 
 struct cm_refusal {
     static constexpr std::uint32_t expected_magic = 0x43444d4e;  // "CDMN"
+    static constexpr std::size_t size = 8;
     enum reason_type : std::uint8_t {
         /// The listener has builder::agent(false); the client sent a hello.
         listener_without_agent = 1,
@@ -92,18 +138,32 @@ struct cm_refusal {
     /// larger). Zero with the other reasons.
     std::uint16_t backlog = 0;
 
-    static std::optional<cm_refusal> from(const cm_event_copy& event) {
-        cm_refusal r;
-        if (event.private_data_len < sizeof r)
-            return std::nullopt;
-        std::memcpy(&r, event.private_data.data(), sizeof r);
-        if (r.magic != expected_magic || r.version != 1 ||
-            (r.reason != listener_without_agent && r.reason != listener_with_agent && r.reason != backlog_full) ||
-            (r.reason == backlog_full) != (r.backlog != 0))
-            return std::nullopt;
-        return r;
+    std::array<std::byte, size> bytes() const {
+        std::array<std::byte, size> out{};
+        byte_writer w(out);
+        w.u32(magic);
+        w.u8(version);
+        w.u8(reason);
+        w.u16(backlog);
+        return out;
     }
+
+    static std::optional<cm_refusal> from(std::span<const std::uint8_t> private_data) {
+        if (private_data.size() < size)
+            return std::nullopt;
+        byte_reader r(private_data.first(size));
+        cm_refusal h;
+        h.magic = r.u32();
+        h.version = r.u8();
+        h.reason = r.u8();
+        h.backlog = r.u16();
+        if (h.magic != expected_magic || h.version != 1 ||
+            (h.reason != listener_without_agent && h.reason != listener_with_agent && h.reason != backlog_full) ||
+            (h.reason == backlog_full) != (h.backlog != 0))
+            return std::nullopt;
+        return h;
+    }
+    static std::optional<cm_refusal> from(const cm_event_copy& event) { return from(private_data_of_event(event)); }
 };
-static_assert(sizeof(cm_refusal) == 8);
 
 }  // namespace cordma::detail

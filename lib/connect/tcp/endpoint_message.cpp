@@ -7,25 +7,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "wire/byte_codec.hpp"
+
 namespace cordma::detail {
 
 namespace {
-
-void put16(std::uint8_t* p, std::uint16_t v) noexcept {
-    p[0] = static_cast<std::uint8_t>(v >> 8);
-    p[1] = static_cast<std::uint8_t>(v);
-}
-
-void put32(std::uint8_t* p, std::uint32_t v) noexcept {
-    put16(p, static_cast<std::uint16_t>(v >> 16));
-    put16(p + 2, static_cast<std::uint16_t>(v));
-}
-
-std::uint16_t get16(const std::uint8_t* p) noexcept { return static_cast<std::uint16_t>(p[0] << 8 | p[1]); }
-
-std::uint32_t get32(const std::uint8_t* p) noexcept {
-    return static_cast<std::uint32_t>(get16(p)) << 16 | get16(p + 2);
-}
 
 std::string hex(std::uint32_t value) {
     char text[16];
@@ -37,15 +23,16 @@ std::string hex(std::uint32_t value) {
 
 std::array<std::uint8_t, endpoint_message_size> encode_endpoint_message(const endpoint_message& message) {
     std::array<std::uint8_t, endpoint_message_size> out{};
-    put32(&out[0], endpoint_magic);
-    put16(&out[4], endpoint_version);
-    put16(&out[6], message.endpoint.lid);
-    put32(&out[8], message.endpoint.qpn);
-    put32(&out[12], message.endpoint.psn);
-    std::memcpy(&out[16], message.endpoint.gid.raw, 16);
-    out[32] = static_cast<std::uint8_t>(message.mtu);
-    out[33] = message.agent ? 0 : endpoint_flag_no_agent;
-    put16(&out[34], message.agent ? 0 : message.private_data_length);
+    byte_writer w(out);
+    w.u32(endpoint_magic);
+    w.u16(endpoint_version);
+    w.u16(message.endpoint.lid);
+    w.u32(message.endpoint.qpn);
+    w.u32(message.endpoint.psn);
+    w.bytes(std::as_bytes(std::span(message.endpoint.gid.raw)));
+    w.u8(static_cast<std::uint8_t>(message.mtu));
+    w.u8(message.agent ? 0 : endpoint_flag_no_agent);
+    w.u16(message.agent ? 0 : message.private_data_length);
     return out;
 }
 
@@ -53,17 +40,22 @@ endpoint_message decode_endpoint_message(std::span<const std::uint8_t, endpoint_
     auto bad = [](const char* field, const std::string& why) {
         return std::invalid_argument(std::string("field '") + field + "' " + why);
     };
-    if (std::uint32_t magic = get32(&in[0]); magic != endpoint_magic)
+    byte_reader r(in);
+    if (std::uint32_t magic = r.u32(); magic != endpoint_magic)
         throw bad("magic", "is " + hex(magic) + ", expected " + hex(endpoint_magic) +
                                " (\"CRDM\"): the peer does not speak cordma's TCP endpoint exchange");
-    if (std::uint16_t version = get16(&in[4]); version != endpoint_version)
+    if (std::uint16_t version = r.u16(); version != endpoint_version)
         throw bad("version", "is " + std::to_string(version) + ", this side speaks " +
                                  std::to_string(endpoint_version));
     endpoint_message out;
-    out.endpoint.lid = get16(&in[6]);
-    out.endpoint.qpn = get32(&in[8]);
-    out.endpoint.psn = get32(&in[12]);
-    std::memcpy(out.endpoint.gid.raw, &in[16], 16);
+    out.endpoint.lid = r.u16();
+    out.endpoint.qpn = r.u32();
+    out.endpoint.psn = r.u32();
+    auto gid = r.bytes(sizeof out.endpoint.gid.raw);
+    std::memcpy(out.endpoint.gid.raw, gid.data(), gid.size());
+    std::uint8_t mtu = r.u8();
+    std::uint8_t flags = r.u8();
+    out.private_data_length = r.u16();
     if (out.endpoint.qpn > 0xffffff)
         throw bad("qpn", "is " + std::to_string(out.endpoint.qpn) + ", more than 24 bits");
     if (out.endpoint.qpn < 2)
@@ -75,15 +67,12 @@ endpoint_message decode_endpoint_message(std::span<const std::uint8_t, endpoint_
         gid_zero = gid_zero && b == 0;
     if (gid_zero && out.endpoint.lid == 0)
         throw bad("gid", "is all zeros and 'lid' is 0: no address to reach the peer's QP at");
-    std::uint8_t mtu = in[32];
     if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096)
         throw bad("mtu", "is " + std::to_string(mtu) + ", not an MTU code (1..5 = 256..4096 bytes)");
     out.mtu = static_cast<ibv_mtu>(mtu);
-    std::uint8_t flags = in[33];
     if ((flags & ~endpoint_flag_no_agent) != 0)
         throw bad("flags", "is " + std::to_string(flags) + ", and only bit 0 (no agent) is defined");
     out.agent = (flags & endpoint_flag_no_agent) == 0;
-    out.private_data_length = get16(&in[34]);
     if (out.agent && out.private_data_length != 0)
         throw bad("private_data_length", "is " + std::to_string(out.private_data_length) +
                                              ", but only a message without an agent (flags bit 0) carries private data");

@@ -3,7 +3,8 @@
 /// use rdma_cm, each side sends the other its QP endpoint over a TCP socket,
 /// and the socket stays open afterwards to tell each side when the other goes.
 ///
-/// The conversation, the same for both sides (all integers big-endian):
+/// The conversation, the same for both sides (all integers little-endian,
+/// as in every cordma format: wire/byte_codec.hpp):
 ///
 ///     -> endpoint message (36 bytes)      <- endpoint message (36 bytes)
 ///        with the agent: a second pair, for the agent's control QP;

@@ -4,45 +4,40 @@
 
 #include <cstdio>
 #include <stdexcept>
+#include <utility>
+
+#include "wire/byte_codec.hpp"
 
 namespace cordma::detail {
 
 namespace {
 
-void put16(std::vector<std::uint8_t>& out, std::uint16_t v) {
-    out.push_back(static_cast<std::uint8_t>(v >> 8));
-    out.push_back(static_cast<std::uint8_t>(v));
-}
-
-void put32(std::vector<std::uint8_t>& out, std::uint32_t v) {
-    put16(out, static_cast<std::uint16_t>(v >> 16));
-    put16(out, static_cast<std::uint16_t>(v));
-}
-
 std::invalid_argument bad(const char* field, const std::string& why) {
     return std::invalid_argument(std::string("rendezvous frame: field '") + field + "' " + why);
 }
 
-// Reads fields front to back; every read checks that the bytes are there.
+// Reads fields front to back; every read checks, by the field's name, that
+// the bytes are there (the codec's own check is for this file's bugs).
 class reader {
 public:
-    explicit reader(std::span<const std::uint8_t> bytes) : bytes_(bytes) {}
+    explicit reader(std::span<const std::uint8_t> bytes) : in_(bytes) {}
 
     std::uint16_t u16(const char* field) {
         need(field, 2);
-        auto v = static_cast<std::uint16_t>(bytes_[at_] << 8 | bytes_[at_ + 1]);
-        at_ += 2;
-        return v;
+        return in_.u16();
     }
     std::uint32_t u32(const char* field) {
-        std::uint32_t high = u16(field);
-        return high << 16 | u16(field);
+        need(field, 4);
+        return in_.u32();
+    }
+    std::uint8_t u8(const char* field) {
+        need(field, 1);
+        return in_.u8();
     }
     std::span<const std::uint8_t> take(const char* field, std::size_t n) {
         need(field, n);
-        auto out = bytes_.subspan(at_, n);
-        at_ += n;
-        return out;
+        auto raw = in_.bytes(n);
+        return {reinterpret_cast<const std::uint8_t*>(raw.data()), raw.size()};
     }
     // Text of 1..max printable ASCII bytes, after its u16 length.
     std::string text(const char* field, std::size_t max, bool allow_empty = false) {
@@ -57,31 +52,48 @@ public:
         return std::string(raw.begin(), raw.end());
     }
     void finish(const char* frame) const {
-        if (at_ != bytes_.size())
-            throw bad(frame, "has " + std::to_string(bytes_.size() - at_) + " bytes more than its fields");
+        if (in_.remaining() != 0)
+            throw bad(frame, "has " + std::to_string(in_.remaining()) + " bytes more than its fields");
     }
 
 private:
     void need(const char* field, std::size_t n) const {
-        if (bytes_.size() - at_ < n)
-            throw bad(field, "is cut short: the payload ends " + std::to_string(n - (bytes_.size() - at_)) +
+        if (in_.remaining() < n)
+            throw bad(field, "is cut short: the payload ends " + std::to_string(n - in_.remaining()) +
                                  " bytes before it does");
     }
 
-    std::span<const std::uint8_t> bytes_;
-    std::size_t at_ = 0;
+    byte_reader in_;
 };
 
-std::vector<std::uint8_t> frame(rendezvous_type type, std::size_t payload_size) {
-    std::vector<std::uint8_t> out;
-    out.reserve(rendezvous_header_size + payload_size);
-    put32(out, rendezvous_magic);
-    put16(out, rendezvous_version);
-    out.push_back(static_cast<std::uint8_t>(type));
-    out.push_back(0);
-    put32(out, static_cast<std::uint32_t>(payload_size));
-    return out;
-}
+// A whole frame, header written; the payload's fields follow through w().
+class frame_writer {
+public:
+    frame_writer(rendezvous_type type, std::size_t payload_size)
+        : bytes_(rendezvous_header_size + payload_size), w_(bytes_) {
+        w_.u32(rendezvous_magic);
+        w_.u16(rendezvous_version);
+        w_.u8(static_cast<std::uint8_t>(type));
+        w_.zeros(1);
+        w_.u32(static_cast<std::uint32_t>(payload_size));
+    }
+    frame_writer(const frame_writer&) = delete;
+    frame_writer& operator=(const frame_writer&) = delete;
+
+    /// The frame, once every field is written.
+    std::vector<std::uint8_t> done() && {
+        if (w_.written() != bytes_.size())
+            throw std::logic_error("rendezvous: a frame of " + std::to_string(bytes_.size()) + " bytes got " +
+                                   std::to_string(w_.written()) + " (internal error)");
+        return std::move(bytes_);
+    }
+
+    byte_writer& w() noexcept { return w_; }
+
+private:
+    std::vector<std::uint8_t> bytes_;
+    byte_writer w_;
+};
 
 std::uint32_t world_size_field(reader& in) {
     std::uint32_t n = in.u32("world_size");
@@ -114,10 +126,10 @@ rendezvous_header decode_rendezvous_header(std::span<const std::uint8_t, rendezv
     if (std::uint16_t version = in.u16("version"); version != rendezvous_version)
         throw bad("version", "is " + std::to_string(version) + ", this side speaks " +
                                  std::to_string(rendezvous_version));
-    std::uint8_t type = in.take("type", 1)[0];
+    std::uint8_t type = in.u8("type");
     if (type < 1 || type > 4)
         throw bad("type", "is " + std::to_string(type) + ", expected 1 (publish) .. 4 (refused)");
-    if (std::uint8_t reserved = in.take("reserved", 1)[0]; reserved != 0)
+    if (std::uint8_t reserved = in.u8("reserved"); reserved != 0)
         throw bad("reserved", "is " + std::to_string(reserved) + ", expected 0");
     rendezvous_header out{static_cast<rendezvous_type>(type), in.u32("length")};
     if (out.length > rendezvous_max_payload(out.type))
@@ -134,37 +146,36 @@ std::vector<std::uint8_t> encode_rendezvous_publish(const rendezvous_publish& pu
         if (c < 0x20 || c > 0x7e)
             throw std::invalid_argument("rendezvous: endpoint '" + publish.endpoint +
                                         "' holds a character that is not printable ASCII");
-    auto out = frame(rendezvous_type::publish, 10 + publish.endpoint.size());
-    put32(out, publish.rank);
-    put32(out, publish.world_size);
-    put16(out, static_cast<std::uint16_t>(publish.endpoint.size()));
-    out.insert(out.end(), publish.endpoint.begin(), publish.endpoint.end());
-    return out;
+    frame_writer out(rendezvous_type::publish, 10 + publish.endpoint.size());
+    out.w().u32(publish.rank);
+    out.w().u32(publish.world_size);
+    out.w().u16(static_cast<std::uint16_t>(publish.endpoint.size()));
+    out.w().bytes(publish.endpoint);
+    return std::move(out).done();
 }
 
 std::vector<std::uint8_t> encode_rendezvous_status(const std::vector<bool>& published) {
-    std::size_t bytes = (published.size() + 7) / 8;
-    auto out = frame(rendezvous_type::status, 4 + bytes);
-    put32(out, static_cast<std::uint32_t>(published.size()));
-    std::size_t base = out.size();
-    out.resize(base + bytes, 0);
+    std::vector<std::byte> bits((published.size() + 7) / 8);
     for (std::size_t r = 0; r < published.size(); ++r)
         if (published[r])
-            out[base + r / 8] = static_cast<std::uint8_t>(out[base + r / 8] | 1u << (r % 8));
-    return out;
+            bits[r / 8] |= std::byte{1} << (r % 8);
+    frame_writer out(rendezvous_type::status, 4 + bits.size());
+    out.w().u32(static_cast<std::uint32_t>(published.size()));
+    out.w().bytes(bits);
+    return std::move(out).done();
 }
 
 std::vector<std::uint8_t> encode_rendezvous_list(const std::vector<std::string>& endpoints) {
     std::size_t size = 4;
     for (const auto& e : endpoints)
         size += 2 + e.size();
-    auto out = frame(rendezvous_type::list, size);
-    put32(out, static_cast<std::uint32_t>(endpoints.size()));
+    frame_writer out(rendezvous_type::list, size);
+    out.w().u32(static_cast<std::uint32_t>(endpoints.size()));
     for (const auto& e : endpoints) {
-        put16(out, static_cast<std::uint16_t>(e.size()));
-        out.insert(out.end(), e.begin(), e.end());
+        out.w().u16(static_cast<std::uint16_t>(e.size()));
+        out.w().bytes(e);
     }
-    return out;
+    return std::move(out).done();
 }
 
 std::vector<std::uint8_t> encode_rendezvous_refused(const std::string& why) {
@@ -172,10 +183,10 @@ std::vector<std::uint8_t> encode_rendezvous_refused(const std::string& why) {
     for (char& c : text)
         if (c < 0x20 || c > 0x7e)
             c = '?';
-    auto out = frame(rendezvous_type::refused, 2 + text.size());
-    put16(out, static_cast<std::uint16_t>(text.size()));
-    out.insert(out.end(), text.begin(), text.end());
-    return out;
+    frame_writer out(rendezvous_type::refused, 2 + text.size());
+    out.w().u16(static_cast<std::uint16_t>(text.size()));
+    out.w().bytes(text);
+    return std::move(out).done();
 }
 
 rendezvous_publish decode_rendezvous_publish(std::span<const std::uint8_t> payload) {

@@ -3,7 +3,7 @@
 /// has the conversation). Pure bytes, no Asio, so it can be tested alone.
 ///
 /// Every frame: a 12-byte header, then `length` bytes of payload. All
-/// integers big-endian.
+/// integers little-endian, as in every cordma format (wire/byte_codec.hpp).
 ///
 ///     offset  size  field
 ///          0     4  magic     0x43475256 ("CGRV")

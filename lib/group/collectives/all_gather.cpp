@@ -36,7 +36,7 @@ task<void> group::all_gather(local_slice send, local_slice recv, group_call call
     detail::check_slice("all_gather", "send", send, send.size());
     detail::check_slice("all_gather", "recv", recv, send.size() * static_cast<std::size_t>(core.size()));
     auto shared = state_;
-    co_await shared->run(detail::link_wire::collective::all_gather, std::move(call), gather_all(shared, send, recv));
+    co_await shared->run(detail::collective::all_gather, std::move(call), gather_all(shared, send, recv));
 }
 
 }  // namespace cordma

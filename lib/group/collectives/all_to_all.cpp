@@ -52,7 +52,7 @@ task<void> group::all_to_all(local_slice send, local_slice recv, all_to_all_orde
     if (detail::overlap(send, recv))
         detail::bad_argument("all_to_all", "send and recv overlap; give separate buffers");
     auto shared = state_;
-    co_await shared->run(detail::link_wire::collective::all_to_all, std::move(call),
+    co_await shared->run(detail::collective::all_to_all, std::move(call),
                          exchange(shared, send, recv, order));
 }
 

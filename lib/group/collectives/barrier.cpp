@@ -23,7 +23,7 @@ task<void> dissemination(std::shared_ptr<detail::group_core> core) {
 task<void> group::barrier(group_call call) {
     checked("barrier");
     auto core = state_;
-    co_await core->run(detail::link_wire::collective::barrier, std::move(call), dissemination(core));
+    co_await core->run(detail::collective::barrier, std::move(call), dissemination(core));
 }
 
 }  // namespace cordma

@@ -61,7 +61,7 @@ task<void> group::broadcast(local_slice buffer, int root, group_call call) {
     detail::check_root("broadcast", core, root);
     detail::check_slice("broadcast", "buffer", buffer, buffer.size());
     auto shared = state_;
-    co_await shared->run(detail::link_wire::collective::broadcast, std::move(call),
+    co_await shared->run(detail::collective::broadcast, std::move(call),
                          detail::any_broadcast(shared, buffer, root, 0));
 }
 

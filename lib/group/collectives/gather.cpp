@@ -42,7 +42,7 @@ task<void> group::gather(local_slice send, local_slice recv, int root, group_cal
             detail::bad_argument("gather", "send and recv overlap on the root; give separate buffers");
     }
     auto shared = state_;
-    co_await shared->run(detail::link_wire::collective::gather, std::move(call), to_root(shared, send, recv, root));
+    co_await shared->run(detail::collective::gather, std::move(call), to_root(shared, send, recv, root));
 }
 
 }  // namespace cordma

@@ -210,7 +210,7 @@ task<void> group::reduce(local_slice send, local_slice recv, element_type type, 
     detail::check_root("reduce", core, root);
     detail::check_reduction("reduce", core, send, recv, type, core.rank() == root);
     auto shared = state_;
-    co_await shared->run(detail::link_wire::collective::reduce, std::move(call),
+    co_await shared->run(detail::collective::reduce, std::move(call),
                          detail::tree_reduce(shared, send, recv, type, op, root));
 }
 
@@ -218,7 +218,7 @@ task<void> group::all_reduce(local_slice send, local_slice recv, element_type ty
     auto& core = checked("all_reduce");
     detail::check_reduction("all_reduce", core, send, recv, type, true);
     auto shared = state_;
-    co_await shared->run(detail::link_wire::collective::all_reduce, std::move(call),
+    co_await shared->run(detail::collective::all_reduce, std::move(call),
                          detail::choose_all_reduce(shared, send, recv, type, op));
 }
 

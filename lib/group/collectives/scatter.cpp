@@ -41,7 +41,7 @@ task<void> group::scatter(local_slice send, local_slice recv, int root, group_ca
             detail::bad_argument("scatter", "send and recv overlap on the root; give separate buffers");
     }
     auto shared = state_;
-    co_await shared->run(detail::link_wire::collective::scatter, std::move(call),
+    co_await shared->run(detail::collective::scatter, std::move(call),
                          from_root(shared, send, recv, root));
 }
 
