@@ -114,10 +114,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         return r;
     });
     check<cd::cm_refusal>("cm_refusal", *zeros, *marked, [](const cd::cm_refusal& got) {
-        if (got.reason != cd::cm_refusal::listener_without_agent && got.reason != cd::cm_refusal::listener_with_agent)
+        if (got.reason != cd::cm_refusal::listener_without_agent && got.reason != cd::cm_refusal::listener_with_agent &&
+            got.reason != cd::cm_refusal::backlog_full)
             die("cm_refusal::from accepted an unknown reason", std::to_string(got.reason));
+        if ((got.reason == cd::cm_refusal::backlog_full) != (got.backlog != 0))
+            die("cm_refusal::from accepted a backlog with the wrong reason, or a full backlog of 0",
+                std::to_string(got.backlog));
         cd::cm_refusal r;
         r.reason = got.reason;
+        r.backlog = got.backlog;
         return r;
     });
     return 0;

@@ -216,6 +216,9 @@ void cm_hello_seeds() {
     cm_seed("refusal_without_agent", refusal, 0);
     refusal.reason = cd::cm_refusal::listener_with_agent;
     cm_seed("refusal_with_agent", refusal, 148);  // a reject: 148 bytes
+    refusal.reason = cd::cm_refusal::backlog_full;
+    refusal.backlog = 256;
+    cm_seed("refusal_backlog_full", refusal, 148);
 }
 
 void agent_seed(const std::string& name, const cd::agent_protocol::message& m, std::uint16_t acked = 0) {
