@@ -79,14 +79,6 @@ void cm_acceptor::dispatch(cm_target* self, const cm_event_copy& event) noexcept
     static_cast<cm_acceptor*>(self)->on_cm_event(event);
 }
 
-auto cm_acceptor::starter() noexcept {
-    // Each client's handshake runs on its own: one that stalls (it never
-    // answers the accept) holds up nobody else for its connect_timeout.
-    return [this](connect_request r) {
-        spawn_detached(handshake(self_.lock(), std::move(r)), [](std::exception_ptr) {});
-    };
-}
-
 void cm_acceptor::on_cm_event(const cm_event_copy& event) noexcept {
     if (event.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
         // A control QP completes a connection already accepted: take it even
@@ -108,20 +100,22 @@ void cm_acceptor::on_cm_event(const cm_event_copy& event) noexcept {
                                  "builder::agent(false); connect with builder::agent(false)");
         if (ready_->closed())
             return reject(event.id);
-        if (!admission_.has_room(ready_->ready(), address_, [&] { return peer_of(event.id); })) {
-            refuse(event.id, cm_refusal::backlog_full,
-                   static_cast<std::uint16_t>(std::min<std::size_t>(settings_.backlog, 65535)));
-            rdma_destroy_id(event.id);
-            return;
+        if (held() >= settings_.backlog)
+            return refuse_full(event.id);
+        if (refused_full_ > 0) {
+            detail::logf(log_level::warning,
+                         "cordma: listener %s: its backlog has room again, after refusing %zu client(s) while full",
+                         address_.c_str(), refused_full_);
+            refused_full_ = 0;
         }
         connect_request request{event.id, hello, {}};
         if (!hello)
             request.private_data = private_data_of(event);
-        return admission_.admit(std::move(request), starter());
+        return admit(std::move(request));
     }
     if (event.id != id_) {
         // A client that went away while waiting for its handshake.
-        admission_.forget_if([&](const connect_request& r) { return r.id == event.id; });
+        std::erase_if(waiting_, [&](const connect_request& r) { return r.id == event.id; });
         std::erase_if(early_control_, [&](const auto& entry) {
             if (entry.second.id != event.id)
                 return false;
@@ -140,10 +134,26 @@ void cm_acceptor::refuse_client(rdma_cm_id* id, cm_refusal::reason_type reason, 
     rdma_destroy_id(id);
 }
 
+void cm_acceptor::refuse_full(rdma_cm_id* id) noexcept {
+    if (refused_full_++ == 0)
+        detail::logf(log_level::warning,
+                     "cordma: listener %s: refused a client from %s: its backlog of %zu is full (%zu handshaking, "
+                     "%zu waiting to, %zu connected and waiting for accept()); it retries until its "
+                     "connect_timeout. Raise builder::backlog, or accept() sooner",
+                     address_.c_str(), peer_of(id).c_str(), settings_.backlog, handshakes_, waiting_.size(),
+                     ready_->ready());
+    cm_refusal refusal;
+    refusal.reason = cm_refusal::backlog_full;
+    refusal.backlog = static_cast<std::uint16_t>(std::min<std::size_t>(settings_.backlog, 65535));
+    auto bytes = refusal.bytes();
+    rdma_reject(id, bytes.data(), static_cast<std::uint8_t>(bytes.size()));
+    rdma_destroy_id(id);
+}
+
 void cm_acceptor::shut() noexcept {
     for (auto& conn : ready_->close())
         conn.shut_down();
-    for (auto& request : admission_.close())
+    for (auto& request : std::exchange(waiting_, {}))
         reject(request.id);
     for (auto& [token, early] : std::exchange(early_control_, {})) {
         early.expiry->cancel();
@@ -224,7 +234,31 @@ task<connection> cm_acceptor::accept(std::stop_token token) {
     co_return std::move(*conn);
 }
 
-void cm_acceptor::handshake_ended() noexcept { admission_.ended(starter()); }
+void cm_acceptor::admit(connect_request request) noexcept {
+    if (handshakes_ >= max_handshakes) {
+        waiting_.push_back(std::move(request));
+        return;
+    }
+    ++handshakes_;
+    // Each client's handshake runs on its own: one that stalls (it never
+    // answers the accept) holds up nobody else for its connect_timeout.
+    try {
+        spawn_detached(handshake(self_.lock(), std::move(request)), [](std::exception_ptr) {});
+    } catch (...) {
+        // No memory for the coroutine: the request went with it, unanswered;
+        // the client's connect times out.
+        handshake_ended();
+    }
+}
+
+void cm_acceptor::handshake_ended() noexcept {
+    --handshakes_;
+    if (!waiting_.empty() && !ready_->closed()) {
+        connect_request next = std::move(waiting_.front());
+        waiting_.pop_front();
+        admit(std::move(next));
+    }
+}
 
 // The first parameter keeps the acceptor alive until the handshake ends.
 task<void> cm_acceptor::handshake(std::shared_ptr<cm_acceptor>, connect_request request) {

@@ -1,9 +1,11 @@
 #pragma once
-/// A listening rdma_cm id. Every client is answered as it arrives, its
-/// handshake in the background, and its connection then waits for the
-/// next accept(), within builder::backlog (admission.hpp): past it a client
-/// is refused with a cm_refusal saying so, which it retries until its
-/// connect_timeout. The agents' control QPs
+/// A listening rdma_cm id. Every client is answered as it arrives, with no
+/// accept() needed: its handshake runs in the background (at most
+/// max_handshakes at once, the others waiting their turn), and its
+/// connection then waits for the next accept(). Clients held (handshaking,
+/// waiting to, or connected and not yet accepted) never exceed
+/// builder::backlog: past it a client is refused with a cm_refusal saying
+/// so, which it retries until its connect_timeout. The agents' control QPs
 /// that follow are paired with their connections by token. A listener
 /// with the agent takes only clients that send cordma's hello; one with
 /// builder::agent(false) only clients that do not (plain ones); each
@@ -11,6 +13,7 @@
 /// Event listener thread only; destroyed there.
 
 #include <cstddef>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -23,7 +26,6 @@
 #include <cordma/builder.hpp>
 
 #include "connect/acceptor.hpp"
-#include "connect/admission.hpp"
 #include "connect/rdma_cm/cm_hello.hpp"
 #include "connect/runtime.hpp"
 #include "engine/cm_target.hpp"
@@ -61,15 +63,23 @@ private:
     /// A control request that came before its connection's handshake had
     /// ended here: refused once connect_timeout has passed without it.
     void expire_early_control(std::uint64_t token) noexcept;
+    /// Starts the client's handshake now, or queues it while
+    /// max_handshakes are under way.
+    void admit(connect_request request) noexcept;
     /// The server's half of a client's handshake, bounded by
     /// connect_timeout; its connection then queues for accept(), and the
-    /// next waiting client's handshake starts (admission_).
+    /// next waiting client's handshake starts.
     task<void> handshake(std::shared_ptr<cm_acceptor> self, connect_request request);
-    /// What admission_ calls to start a client's handshake.
-    auto starter() noexcept;
     void handshake_ended() noexcept;
+    /// Clients held now: handshaking, waiting to, or waiting for accept().
+    std::size_t held() const noexcept { return handshakes_ + waiting_.size() + ready_->ready(); }
     void refuse_client(rdma_cm_id* id, cm_refusal::reason_type reason, const char* why) noexcept;
+    void refuse_full(rdma_cm_id* id) noexcept;
     void shut() noexcept;
+
+    /// Handshakes under way at once, at most (each holds a QP and a
+    /// coroutine frame until its client answers or connect_timeout ends it).
+    static constexpr std::size_t max_handshakes = 64;
 
     std::shared_ptr<runtime> rt_;
     connection_settings settings_;
@@ -77,7 +87,12 @@ private:
     std::string address_;
     // Connected clients, for accept().
     std::shared_ptr<waiter_queue<connection>> ready_;
-    admission<connect_request> admission_{settings_.backlog, "it retries until its connect_timeout"};
+    // Clients that came while max_handshakes were under way, oldest first.
+    std::deque<connect_request> waiting_;
+    std::size_t handshakes_ = 0;
+    // Clients refused since the backlog last had room (logged once per
+    // stretch, not once per client of a storm).
+    std::size_t refused_full_ = 0;
     // Accepted connections whose agent's control QP has yet to arrive.
     std::map<std::uint64_t, std::weak_ptr<connection_state>> awaiting_control_;
     // Control QP requests that arrived before their data QP's handshake had

@@ -14,17 +14,16 @@ namespace cordma::detail {
 
 namespace {
 
-std::mt19937_64& generator() {
-    static thread_local std::mt19937_64 g{std::random_device{}()};
-    return g;
+std::uint64_t random_token() {
+    static thread_local std::mt19937_64 generator{std::random_device{}()};
+    return generator() | 1;
 }
-
-std::uint64_t random_token() { return generator()() | 1; }
 
 /// Between half of `backoff` and all of it.
 std::chrono::milliseconds jittered(std::chrono::milliseconds backoff) {
+    static thread_local std::mt19937 generator{std::random_device{}()};
     std::uniform_int_distribution<std::int64_t> pick(backoff.count() / 2, backoff.count());
-    return std::chrono::milliseconds(pick(generator()));
+    return std::chrono::milliseconds(pick(generator));
 }
 
 }  // namespace

@@ -20,10 +20,9 @@ std::string peer_of(rdma_cm_id* id) {
     return peer.to_string();
 }
 
-void refuse(rdma_cm_id* id, cm_refusal::reason_type reason, std::uint16_t backlog) noexcept {
+void refuse(rdma_cm_id* id, cm_refusal::reason_type reason) noexcept {
     cm_refusal refusal;
     refusal.reason = reason;
-    refusal.backlog = backlog;
     auto bytes = refusal.bytes();
     rdma_reject(id, bytes.data(), static_cast<std::uint8_t>(bytes.size()));
 }

@@ -55,8 +55,8 @@ task<std::shared_ptr<queue_pair>> cm_accept_qp(std::shared_ptr<runtime> rt, cons
                                                const std::optional<cm_hello>& hello);
 
 /// Refuses the connect request on `id` (not yet accepted) with `reason`
-/// in the reject's private data (and, with backlog_full, the backlog).
-void refuse(rdma_cm_id* id, cm_refusal::reason_type reason, std::uint16_t backlog = 0) noexcept;
+/// in the reject's private data.
+void refuse(rdma_cm_id* id, cm_refusal::reason_type reason) noexcept;
 
 /// The private data an event carries, as the connection keeps it.
 std::vector<std::byte> private_data_of(const cm_event_copy& event);

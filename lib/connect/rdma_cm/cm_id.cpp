@@ -77,10 +77,11 @@ cm_id::~cm_id() {
         try {
             destroy_when_port_up(rt_->event_listener, std::shared_ptr<rdma_cm_id>(id_, ::rdma_destroy_id),
                                  std::chrono::steady_clock::now() + port_wait_limit);
+            return;
         } catch (...) {
             // No memory for the timer: destroyed by the shared_ptr above.
+            return;
         }
-        return;
     }
     rdma_destroy_id(id_);
 }

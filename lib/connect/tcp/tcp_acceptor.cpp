@@ -85,16 +85,30 @@ task<void> tcp_acceptor::handshake_and_queue(std::shared_ptr<tcp_acceptor>, std:
     handshake_ended();
 }
 
-auto tcp_acceptor::starter() noexcept {
+void tcp_acceptor::admit(std::shared_ptr<accepted_client> client) noexcept {
+    if (handshakes_ >= max_handshakes) {
+        waiting_.push_back(std::move(client));
+        return;
+    }
+    ++handshakes_;
     // Each client's handshake runs on its own: one that stalls (half an
     // endpoint message, then silence) holds up nobody else for its
     // connect_timeout.
-    return [this](std::shared_ptr<accepted_client> client) {
+    try {
         spawn_detached(handshake_and_queue(shared_from_this(), std::move(client)), [](std::exception_ptr) {});
-    };
+    } catch (...) {
+        handshake_ended();  // no memory: the client's socket closed with it
+    }
 }
 
-void tcp_acceptor::handshake_ended() noexcept { admission_.ended(starter()); }
+void tcp_acceptor::handshake_ended() noexcept {
+    --handshakes_;
+    if (!waiting_.empty() && !clients_->closed()) {
+        auto next = std::move(waiting_.front());
+        waiting_.pop_front();
+        admit(std::move(next));
+    }
+}
 
 void tcp_acceptor::close() {
     auto self = shared_from_this();
@@ -169,9 +183,23 @@ void tcp_acceptor::accept_next(std::shared_ptr<accept_io> io, event_listener* el
 void tcp_acceptor::on_accepted(std::shared_ptr<accepted_client> client) {
     if (clients_->closed())
         return;  // dropped: the socket closes
-    if (!admission_.has_room(clients_->ready(), address_, [&] { return client->peer; }))
+    if (held() >= settings_.backlog) {
+        if (refused_full_++ == 0)
+            detail::logf(log_level::warning,
+                         "cordma: listener %s: refused a client from %s: its backlog of %zu is full (%zu "
+                         "handshaking, %zu waiting to, %zu connected and waiting for accept()). Raise "
+                         "builder::backlog, or accept() sooner",
+                         address_.c_str(), client->peer.c_str(), settings_.backlog, handshakes_, waiting_.size(),
+                         clients_->ready());
         return;  // its socket closes: the client's exchange fails
-    admission_.admit(std::move(client), starter());
+    }
+    if (refused_full_ > 0) {
+        detail::logf(log_level::warning,
+                     "cordma: listener %s: its backlog has room again, after refusing %zu client(s) while full",
+                     address_.c_str(), refused_full_);
+        refused_full_ = 0;
+    }
+    admit(std::move(client));
 }
 
 task<connection> tcp_acceptor::handshake(std::shared_ptr<accepted_client> client) {
@@ -191,7 +219,7 @@ void tcp_acceptor::shut() noexcept {
     for (auto& client : clients_->close())
         if (client->accepted)
             client->accepted.shut_down();
-    admission_.close();  // the waiting clients' sockets close
+    waiting_.clear();  // their sockets close
     try {
         asio::post(service_->context(), [io = io_] { io->close(); });
     } catch (const std::exception&) {

@@ -4,6 +4,7 @@
 /// descriptors, to accept(), which runs the server's half of the handshake.
 /// Threads and lifetimes: see tcp_io.hpp.
 
+#include <deque>
 #include <memory>
 #include <stop_token>
 #include <string>
@@ -19,7 +20,6 @@
 #include <cordma/task.hpp>
 
 #include "connect/acceptor.hpp"
-#include "connect/admission.hpp"
 #include "connect/runtime.hpp"
 #include "connect/tcp/tcp_service.hpp"
 #include "engine/waiter_queue.hpp"
@@ -54,8 +54,9 @@ struct accept_io {
 };
 
 /// A listening TCP socket: each client the io thread accepts starts its
-/// handshake at once, and its connection waits here for the next
-/// accept(), within builder::backlog (admission.hpp). Event listener
+/// handshake at once (at most max_handshakes at a time, the others waiting
+/// their turn), and its connection waits here for the next accept();
+/// clients held never exceed builder::backlog. Event listener
 /// thread; destroyed there.
 class tcp_acceptor final : public acceptor, public std::enable_shared_from_this<tcp_acceptor> {
 public:
@@ -81,12 +82,13 @@ private:
     static void accept_next(std::shared_ptr<accept_io> io, event_listener* el, std::weak_ptr<tcp_acceptor> owner);
 
     /// Event listener thread: the client's handshake starts now (or once
-    /// admission_ lets it), whether or not an accept() waits; past
-    /// builder::backlog the client is closed, and logged.
+    /// one of max_handshakes ends), whether or not an accept() waits;
+    /// past builder::backlog the client is closed, and logged.
     void on_accepted(std::shared_ptr<accepted_client> client);
-    /// What admission_ calls to start a client's handshake.
-    auto starter() noexcept;
+    void admit(std::shared_ptr<accepted_client> client) noexcept;
     void handshake_ended() noexcept;
+    std::size_t held() const noexcept { return handshakes_ + waiting_.size() + clients_->ready(); }
+    static constexpr std::size_t max_handshakes = 64;
 
     /// Event listener thread: the server's half of the handshake, bounded by
     /// connect_timeout.
@@ -107,7 +109,10 @@ private:
     // Connected clients, for accept().
     std::shared_ptr<waiter_queue<std::shared_ptr<accepted_client>>> clients_ =
         waiter_queue<std::shared_ptr<accepted_client>>::make(rt_->event_listener);
-    admission<std::shared_ptr<accepted_client>> admission_{settings_.backlog, "its socket is closed"};
+    // Clients that came while max_handshakes were under way, oldest first.
+    std::deque<std::shared_ptr<accepted_client>> waiting_;
+    std::size_t handshakes_ = 0;
+    std::size_t refused_full_ = 0;
 };
 
 }  // namespace cordma::detail
