@@ -1,13 +1,16 @@
 // rpc_client: makes pipelined calls to rpc_server on cordma::rpc, checks
 // every answer, and prints calls/s.
 //
-// Usage: rpc_client ADDRESS [--calls N] [--depth D]
+// Usage: rpc_client ADDRESS [--calls N] [--depth D] [--connect-timeout S]
 //   ADDRESS    the server's "ip:port" (what rpc_server printed)
 //   --calls N  how many calls to make (default 20000), cycling through echo,
 //              upper and add, with requests of 1 B to 64 KiB (over the eager
 //              size of 4 KiB, cordma::rpc lets the server read them)
 //   --depth D  calls kept in flight (default 16; past the server's credits
 //              they wait in the client, in order)
+//   --connect-timeout S  how long connecting may take (default 10, the
+//              builder's): over a lossy link a lost connect request is
+//              only sent again after about 5 s, by the kernel's CM
 //
 // Then one call to a method the server does not have, to show the error,
 // and "bye". Exits 0 only if every answer was right.
@@ -37,6 +40,7 @@ struct options {
     std::string address;
     std::uint64_t calls = 20'000;
     std::uint32_t depth = 16;
+    std::chrono::seconds connect_timeout{10};
 };
 
 struct tally {
@@ -84,6 +88,7 @@ task<void> lane(rpc::client* c, std::uint64_t calls, tally* t) {
 
 task<int> run(options opt) {
     builder b;
+    b.connect_timeout(opt.connect_timeout);
     rpc::client c = co_await rpc::client::connect(b, opt.address);
     std::printf("rpc_client: connected to %s; the server grants %u calls in flight, using %u\n", c.peer().c_str(),
                 c.credits(), opt.depth);
@@ -131,11 +136,13 @@ int main(int argc, char** argv) {
                 opt.calls = rpc_demo::parse_number(arg, value, 1, 1'000'000'000);
             else if (arg == "--depth")
                 opt.depth = static_cast<std::uint32_t>(rpc_demo::parse_number(arg, value, 1, 1024));
+            else if (arg == "--connect-timeout")
+                opt.connect_timeout = std::chrono::seconds(rpc_demo::parse_number(arg, value, 1, 3600));
             else
                 throw rpc_demo::usage_error("unknown option '" + std::string(arg) + "'");
         }
     } catch (const rpc_demo::usage_error& e) {
-        std::fprintf(stderr, "rpc_client: %s\nusage: rpc_client ADDRESS [--calls N] [--depth D]\n", e.what());
+        std::fprintf(stderr, "rpc_client: %s\nusage: rpc_client ADDRESS [--calls N] [--depth D] [--connect-timeout S]\n", e.what());
         return 2;
     }
     try {

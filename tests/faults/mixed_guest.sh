@@ -30,7 +30,7 @@ else
   gate_wait 10.78.0.1 7699 120
   tests/fault_peer traffic 10.78.0.1:7620 --seconds "$SECONDS_OF_TRAFFIC" > "$logs/fault" 2>&1 & flt=$!
   tests/stream_peer connect 10.78.0.1:7610 "$STREAM_BYTES" > "$logs/stream" 2>&1 & strm=$!
-  examples/rpc_client 10.78.0.1:7630 --calls "$RPC_CALLS" --depth 16 > "$logs/rpc" 2>&1 & rpc=$!
+  examples/rpc_client 10.78.0.1:7630 --calls "$RPC_CALLS" --depth 16 --connect-timeout 60 > "$logs/rpc" 2>&1 & rpc=$!
   finish "fault_peer traffic" $flt; finish "stream_peer connect" $strm; finish "rpc_client" $rpc; finish "collectives rank 1" $coll
 fi
 for f in "$logs"/*; do sed "s/^/  $(basename "$f"): /" "$f" | tail -n 25; done
