@@ -12,11 +12,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -277,5 +279,87 @@ TEST_CASE("groups give everything back", "[resources]") {
         one.join();
         CHECK(failures[0] == "");
         CHECK(failures[1] == "");
+    });
+}
+
+// ---- Dropped, never closed: the last handle going closes gracefully ------
+
+namespace {
+
+/// Why the next message on `q` did not fail because the peer closed (its
+/// disconnect reached us) within 30 s; empty if it did.
+std::string next_after_peer_dropped(receive_queue& q) {
+    try {
+        sync_wait(q.next(std::chrono::seconds(30)));
+        return "a message arrived";
+    } catch (const std::system_error& e) {
+        if (e.code() == std::errc::timed_out)
+            return "nothing within 30 s: the peer was not told";
+        return "";
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a connection whose last handle is dropped with receives posted closes and gives everything back",
+          "[resources]") {
+    gives_everything_back("dropped connection", [] {
+        builder b = device_builder();
+        listener l = b.listen(fresh_address());
+        auto [client, server] = sync_wait(pair_up(b, l));
+        auto pool = b.pool();
+        local_mr target = pool->allocate_zeroed(4096);
+        sync_wait(write_and_read(client, &target, pool, 11));
+        // Both sides keep receives posted, in queues (which hold handles);
+        // then every client handle goes, none closed.
+        std::optional<receive_queue> client_queue, server_queue;
+        client_queue.emplace(client, 4, 64, pool);
+        server_queue.emplace(server, 4, 64, pool);
+        note_held();
+        client = connection{};
+        client_queue.reset();
+        CHECK(next_after_peer_dropped(*server_queue) == "");
+        // The server's side, broken by the client's disconnect: dropped too.
+        server = connection{};
+        server_queue.reset();
+    });
+}
+
+TEST_CASE("a stream whose last handle is dropped ends cleanly for its peer and gives everything back",
+          "[resources]") {
+    gives_everything_back("dropped stream", [] {
+        builder b = device_builder();
+        stream_listener l = stream::serve(b, fresh_address());
+        auto [server, client] = sync_wait(when_all(l.accept(), stream::connect(b, l.address())));
+        std::vector<std::byte> out(100000, std::byte{0x5a}), in(out.size());
+        sync_wait(client.write(out));
+        note_held();
+        client = stream{};  // written, never closed: what was written still arrives, then the end
+        sync_wait(server.read_exactly(in));
+        CHECK(in == out);
+        std::array<std::byte, 16> more;
+        CHECK(sync_wait(server.read(more)) == 0);
+        server = stream{};
+    });
+}
+
+TEST_CASE("an rpc client dropped without close gives everything back", "[resources]") {
+    gives_everything_back("dropped rpc client", [] {
+        builder b = device_builder();
+        std::string address = fresh_address();
+        rpc::server server(b);
+        server.handle(1, "echo", [](rpc::request r) -> task<std::vector<std::byte>> {
+            co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
+        });
+        std::stop_source stop;
+        std::thread serving([&] { sync_wait(server.serve(b.listen(address), stop.get_token())); });
+        {
+            rpc::client c = sync_wait(rpc::client::connect(b, address));
+            std::vector<std::byte> request(3000, std::byte{0x22});
+            CHECK(sync_wait(c.call(1, request)) == request);
+            note_held();
+        }  // dropped: closed in the background
+        stop.request_stop();
+        serving.join();
     });
 }

@@ -211,12 +211,30 @@ private:
 };
 
 /// A connected RC queue pair served by an event listener. A cheap handle:
-/// copies refer to the same connection; its resources go when the last copy
-/// and the last operation in flight are gone.
+/// copies refer to the same connection (the library's own, a receive_queue's
+/// or a stream's, count as copies too).
+///
+/// Dropping the last copy without close() closes the connection as a
+/// socket's close() does, in the background: sends, writes, reads and
+/// atomics already posted get up to 5 s (dropped_linger) to finish, then
+/// the peer is told (a graceful disconnect, as close()), receives still
+/// posted are flushed, and the queue pair, its regions and memory go once
+/// the hardware is done with them. Nothing is left behind, whatever was
+/// posted; close() is still the way to know when it is done.
 class CORDMA_API connection {
 public:
+    /// How long the last handle going lets the sends already posted finish
+    /// before the connection is closed anyway.
+    static constexpr std::chrono::seconds dropped_linger{5};
+
     /// An empty handle: every call but operator bool throws std::logic_error.
     connection() = default;
+    connection(const connection& other) noexcept;
+    connection(connection&& other) noexcept = default;
+    connection& operator=(const connection& other) noexcept;
+    connection& operator=(connection&& other) noexcept;
+    /// The last handle going closes the connection (see the class).
+    ~connection();
     /// Wraps a queue pair that is already connected (state RTS) and whose
     /// CQs were made by `event_listener`. `peer` names the other side in errors.
     static connection adopt(std::shared_ptr<cordma::event_listener> event_listener, std::shared_ptr<queue_pair> qp,
@@ -378,7 +396,8 @@ public:
 
 private:
     friend struct detail::connection_access;
-    explicit connection(std::shared_ptr<detail::connection_state> state) : state_(std::move(state)) {}
+    explicit connection(std::shared_ptr<detail::connection_state> state) noexcept;
+    void release() noexcept;
     detail::connection_state& checked_state(const char* call) const;
     void check_sg_list(const char* call, std::span<const local_slice> sg_list, std::size_t limit) const;
     void check_remote_size(const char* call, std::size_t local, const remote_slice& remote) const;

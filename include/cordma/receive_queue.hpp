@@ -62,9 +62,11 @@
 ///   until it is released, even after the queue is gone. A receive_queue is
 ///   a handle (move-only); destroying it makes pending next() calls throw
 ///   operation_cancelled. The receives it leaves posted are the
-///   connection's, and like any posted receive keep the connection (and
-///   their buffers) alive until they complete: with a message, or flushed
-///   when the connection closes (close(), shut_down(), the peer going).
+///   connection's, and like any posted receive keep their buffers alive
+///   until they complete: with a message, or flushed when the connection
+///   closes (close(), shut_down(), the peer going, or the connection's last
+///   handle dropped: the queue holds one, so dropping the queue and the
+///   connection's other handles closes it, see connection).
 
 #include <chrono>
 #include <coroutine>

@@ -284,7 +284,8 @@ struct call_options {
 
 /// An rpc client: one connection to one server, carrying many calls at
 /// once (up to the server's credits in flight, the rest waiting in order).
-/// Move-only; destroying it shuts the connection down.
+/// Move-only; destroying it closes the connection gracefully, in the
+/// background (as close() does: the server is told).
 class CORDMA_API client {
 public:
     /// An empty handle: calls throw std::logic_error.
@@ -296,12 +297,13 @@ public:
     static task<client> connect(builder b, std::string address, client_options options = {});
     /// Takes over `other`'s connection and calls; `other` is left empty.
     client(client&&) noexcept = default;
-    /// Shuts this client's connection down (as the destructor does), then
+    /// Closes this client's connection (as the destructor does), then
     /// takes over `other`'s.
     client& operator=(client&&) noexcept;
     client(const client&) = delete;
     client& operator=(const client&) = delete;
-    /// Shuts the connection down; pending calls fail with cancelled.
+    /// Closes the connection gracefully in the background, as close()
+    /// does; pending calls fail with cancelled ("the client was destroyed").
     ~client();
 
     /// Sends `request` to `method` and returns the response. Many calls may
@@ -338,6 +340,7 @@ public:
 private:
     explicit client(std::shared_ptr<detail::client_state> state) : state_(std::move(state)) {}
     detail::client_state& checked(const char* call) const;
+    void drop() noexcept;
     std::shared_ptr<detail::client_state> state_;
 };
 

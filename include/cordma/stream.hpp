@@ -91,7 +91,10 @@ struct stream_statistics {
 /// A reliable, ordered byte stream over one RDMA connection, used like a
 /// TCP socket: read returns what has arrived, write returns once its buffer
 /// may be reused (the contract is at the top of this header). A cheap
-/// handle: copies share the stream, which closes when the last copy goes.
+/// handle: copies share the stream. When the last copy goes without
+/// close(), the stream closes in the background as close() does (the end
+/// of stream sent after what was written, within stream_options'
+/// peer_timeout), and its connection, queue pair and memory go.
 class CORDMA_API stream {
 public:
     /// An empty handle: every call throws std::logic_error.
@@ -145,7 +148,8 @@ public:
 
 private:
     friend class stream_listener;
-    explicit stream(std::shared_ptr<detail::stream_state> state) : state_(std::move(state)) {}
+    /// Wraps `state` in the handle whose last copy going closes the stream.
+    explicit stream(std::shared_ptr<detail::stream_state> state);
     detail::stream_state& checked(const char* call) const;
 
     std::shared_ptr<detail::stream_state> state_;

@@ -5,6 +5,7 @@
 /// arrived for nobody, and whether it still works. Touched only on the event
 /// listener thread.
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <span>
@@ -120,6 +121,16 @@ public:
 
     /// Number of work requests posted and not yet completed.
     std::size_t outstanding() const noexcept { return outstanding_; }
+    /// Event listener thread. Sends, writes, reads or atomics posted and not
+    /// yet completed, or waiting for a credit.
+    bool sends_pending() const noexcept { return sent_head_ != nullptr || chain_head_ != nullptr || send_waiters_head_ != nullptr; }
+
+    /// The public handles (cordma::connection) referring to this state;
+    /// when the last goes, the connection closes (connection_handle.cpp).
+    std::atomic<std::uint32_t> handles{0};
+    /// Event listener thread. Set once the close of a dropped connection
+    /// has begun, so a handle made and dropped again starts no second one.
+    bool closing_dropped = false;
 
     /// What the send queue has seen: work requests, ibv_post_send calls
     /// (doorbells) and requests that asked for a completion. Event listener

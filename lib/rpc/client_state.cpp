@@ -212,11 +212,11 @@ void client_state::shut_down(rpc_errc why, const std::string& message) noexcept 
     }
 }
 
-task<void> client_state::close() {
+task<void> client_state::close(std::string why) {
     auto self = shared_from_this();
     if (!event_listener_->running_in_this_thread())
         co_await event_listener_->schedule();
-    broken(rpc_errc::cancelled, "the client was closed");
+    broken(rpc_errc::cancelled, why);
     co_await conn_.close();
 }
 

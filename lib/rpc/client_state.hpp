@@ -96,7 +96,7 @@ public:
     void start();
     task<std::vector<std::byte>> call(std::uint32_t method, std::span<const std::byte> request, call_options o);
     void shut_down(rpc_errc why, const std::string& message) noexcept;
-    task<void> close();
+    task<void> close(std::string why = "the client was closed");
 
     const std::string& peer() const noexcept { return peer_; }
     std::uint32_t credits() const noexcept { return credits_; }

@@ -8,6 +8,7 @@
 
 #include <cordma/shared_receive_queue.hpp>
 #include <cordma/sync_wait.hpp>
+#include <cordma/task_group.hpp>
 
 namespace cordma::rpc::detail {
 
@@ -71,16 +72,25 @@ task<client> client::connect(builder b, std::string address, client_options opti
 
 client& client::operator=(client&& other) noexcept {
     if (this != &other) {
-        if (state_)
-            state_->shut_down(rpc_errc::cancelled, "the client was destroyed");
+        drop();
         state_ = std::move(other.state_);
     }
     return *this;
 }
 
-client::~client() {
-    if (state_)
-        state_->shut_down(rpc_errc::cancelled, "the client was destroyed");
+client::~client() { drop(); }
+
+void client::drop() noexcept {
+    if (!state_)
+        return;
+    // Closed as close() does, in the background: calls still waiting fail
+    // (cancelled), and the server is told (a graceful disconnect).
+    auto state = std::move(state_);
+    try {
+        spawn_detached(state->close("the client was destroyed"), [](std::exception_ptr) {});
+    } catch (...) {
+        state->shut_down(rpc_errc::cancelled, "the client was destroyed");
+    }
 }
 
 detail::client_state& client::checked(const char* call) const {

@@ -52,6 +52,23 @@ stream_listener stream::serve(builder b, std::string_view address, stream_option
     return stream_listener(std::move(b), std::move(l), options);
 }
 
+stream::stream(std::shared_ptr<stream_state> state) {
+    if (!state)
+        return;
+    // The handle shares the state under a count of its own: its deleter
+    // runs when the last copy goes, and closes the stream as close() does.
+    // The state's own references (its loops', its timers') are not counted.
+    stream_state* raw = state.get();
+    state_ = std::shared_ptr<stream_state>(raw, [state = std::move(state)](stream_state*) mutable noexcept {
+        auto last = std::move(state);
+        try {
+            spawn_detached(last->close(), [](std::exception_ptr) {});
+        } catch (...) {
+            // Out of memory: the stream goes when its peer does.
+        }
+    });
+}
+
 stream_state& stream::checked(const char* call) const {
     if (!state_)
         throw std::logic_error(std::string("cordma::stream::") + call + " on an empty stream handle");
