@@ -8,6 +8,7 @@
 #include <sys/time.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -248,6 +249,7 @@ TEST_CASE("a peer killed with 100 operations in flight fails them all promptly",
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+#include "connect/connect_backoff.hpp"
 #include "connect/tcp/endpoint_message.hpp"
 
 namespace {
@@ -297,9 +299,34 @@ TEST_CASE("over the TCP endpoint exchange, 64 clients connect at once before any
     burst_then_slow_accept(tcp_builder());
 }
 
-TEST_CASE("over the TCP endpoint exchange, past the listener's backlog a client is refused and the others are held",
+TEST_CASE("over the TCP endpoint exchange, past the listener's backlog a client is refused, saying so, and the "
+          "others are held",
           "[builder][tcp]") {
-    backlog_refusal(tcp_builder(), "");
+    backlog_refusal(tcp_builder(), "the server's backlog of 4 is full");
+}
+
+TEST_CASE("a refused client's waits are jittered and double from 10 ms up to 200 ms", "[builder]") {
+    detail::connect_backoff backoff;
+    std::vector<long> steps;
+    for (int i = 0; i < 8; ++i) {
+        long step = static_cast<long>(backoff.step().count());
+        long wait = static_cast<long>(backoff.next().count());
+        INFO("attempt " << i << ": step " << step << " ms, wait " << wait << " ms");
+        CHECK(wait >= step / 2);
+        CHECK(wait <= step);
+        steps.push_back(step);
+    }
+    CHECK(steps == std::vector<long>{10, 20, 40, 80, 160, 200, 200, 200});
+    // Jittered: 32 clients refused together do not all come back at once.
+    std::vector<long> first;
+    for (int i = 0; i < 32; ++i) {
+        detail::connect_backoff b;
+        b.next();
+        b.next();
+        first.push_back(static_cast<long>(b.next().count()));  // in 20..40 ms
+    }
+    std::sort(first.begin(), first.end());
+    CHECK(std::unique(first.begin(), first.end()) - first.begin() > 4);
 }
 
 TEST_CASE("over the TCP endpoint exchange, a peer that never answers times out after the connect timeout",

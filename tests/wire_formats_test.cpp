@@ -1,9 +1,9 @@
 // The byte formats cordma puts on the wire besides the agent's (which has
 // its own test, agent_protocol): the codec they all share
 // (lib/wire/byte_codec.hpp), the TCP endpoint message and the rdma_cm
-// hello, reply and refusal (docs/wire-formats.md), the rpc frame header
-// (lib/rpc/rpc_wire.hpp) and the link's (lib/link/link_wire.hpp). No
-// device needed.
+// hello, reply and refusal (docs/wire-formats.md) and the rpc frame header
+// (lib/rpc/rpc_wire.hpp); the link's frames have their own test (link_test).
+// No device needed.
 
 #include <algorithm>
 #include <array>
@@ -17,7 +17,6 @@
 
 #include "connect/rdma_cm/cm_hello.hpp"
 #include "connect/tcp/endpoint_message.hpp"
-#include "link/link_wire.hpp"
 #include "rpc/rpc_wire.hpp"
 #include "wire/byte_codec.hpp"
 
@@ -113,6 +112,26 @@ TEST_CASE("a TCP endpoint message without an agent carries its private data's le
     bytes[35] = 1;  // 406 bytes: more than an accept carries
     CHECK_THROWS_WITH(detail::decode_endpoint_message(bytes),
                       Catch::Contains("field 'private_data_length' is 406, more than 196"));
+}
+
+TEST_CASE("a TCP listener's refusal is 36 bytes no endpoint message is mistaken for", "[wire]") {
+    detail::endpoint_refusal refusal;
+    refusal.backlog = 300;
+    auto bytes = detail::encode_endpoint_refusal(refusal);
+    CHECK(bytes[0] == 0x52);  // "CRDR", little-endian
+    CHECK(bytes[3] == 0x43);
+    auto got = detail::endpoint_refusal_of(bytes);
+    REQUIRE(got);
+    CHECK(got->reason == detail::endpoint_refusal::backlog_full);
+    CHECK(got->backlog == 300);
+    // An endpoint message is no refusal, and a refusal no endpoint message.
+    ibv_gid gid{};
+    gid.raw[15] = 1;
+    auto message = detail::encode_endpoint_message({{.qpn = 77, .psn = 5, .gid = gid, .lid = 0}, IBV_MTU_4096});
+    CHECK_FALSE(detail::endpoint_refusal_of(message));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(bytes), Catch::Contains("field 'magic'"));
+    bytes[4] = 2;  // another version: not read as a refusal of ours
+    CHECK_FALSE(detail::endpoint_refusal_of(bytes));
 }
 
 namespace {
@@ -279,65 +298,4 @@ TEST_CASE("an rpc frame header round-trips, and decode names what is wrong with 
     rejected(frame_of(rts, 3), "header says 0 bytes of payload");
     rejected(frame_of(wire::header{wire::frame::request_rts, 0, 1, 1, 0, 4096, 7}, 0), "for 0 bytes");
     rejected(frame_of(wire::header{wire::frame::done, 0, 1, 0, 0, 4096, 7}, 0), "address or key");
-}
-
-TEST_CASE("a link frame header round-trips, and decode refuses one with its reserved bytes set", "[wire][link]") {
-    namespace wire = detail::link_wire;
-    std::string why;
-    auto frame_of = [](const wire::header& h, std::size_t payload) {
-        std::vector<std::byte> bytes(wire::header_size + payload, std::byte{0x5a});
-        wire::encode(h, std::span<std::byte, wire::header_size>(bytes.data(), wire::header_size));
-        return bytes;
-    };
-    wire::header data;
-    data.op = wire::module_op(8);  // the owner's own op (a group's all_reduce)
-    data.step = 3;
-    data.seq = 7;
-    data.acked = 6;
-    data.extra = 3u << 8 | 1u;
-    data.size = 16;
-    auto bytes = frame_of(data, 16);
-    auto back = wire::decode(bytes, why);
-    REQUIRE(back);
-    CHECK(back->op == wire::module_op(8));
-    CHECK(back->step == 3);
-    CHECK(back->extra == (3u << 8 | 1u));
-    CHECK(back->size == 16);
-
-    // Found by link_wire_fuzz: decode took any bytes at 6..7 and 44..47,
-    // which encode always writes as zero.
-    for (std::size_t at : {6, 7, 44, 47}) {
-        INFO("reserved byte " << at);
-        auto b = bytes;
-        b[at] = std::byte{0xf6};
-        why.clear();
-        CHECK_FALSE(wire::decode(b, why));
-        CHECK_THAT(why, Catch::Contains("a data frame with its reserved bytes set"));
-    }
-    why.clear();
-    CHECK_FALSE(wire::decode(frame_of(data, 15), why));
-    CHECK_THAT(why, Catch::Contains("header says 16 bytes of payload"));
-
-    SECTION("the op byte is the link's own (none, message, stream) or its owner's (1 to 8), nothing else") {
-        for (int op = 0; op <= 10; ++op) {
-            auto b = bytes;
-            b[3] = static_cast<std::byte>(op);
-            CHECK(wire::decode(b, why));
-        }
-        auto b = bytes;
-        b[3] = std::byte{11};
-        why.clear();
-        CHECK_FALSE(wire::decode(b, why));
-        CHECK_THAT(why, Catch::Contains("unknown op 11"));
-        CHECK(wire::name(wire::op::stream) == "stream");
-        CHECK(wire::name(wire::module_op(3)) == "op 3");
-    }
-    SECTION("a frame that is not the link's says so without naming a module") {
-        auto b = bytes;
-        b[0] = std::byte{0};
-        why.clear();
-        CHECK_FALSE(wire::decode(b, why));
-        CHECK_THAT(why, Catch::Contains("the link's magic number"));
-        CHECK(why.find("group") == std::string::npos);
-    }
 }

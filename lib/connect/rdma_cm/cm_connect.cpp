@@ -2,31 +2,15 @@
 // peer refuses, until the connect deadline), then the agent's control QP,
 // paired with it by a token; with builder::agent(false), the data QP alone,
 // carrying the user's private data.
-#include <random>
 #include <system_error>
 
 #include "connect/assemble.hpp"
 #include "connect/connect.hpp"
+#include "connect/connect_backoff.hpp"
 #include "connect/rdma_cm/cm_handshake.hpp"
 #include "engine/delay.hpp"
 
 namespace cordma::detail {
-
-namespace {
-
-std::uint64_t random_token() {
-    static thread_local std::mt19937_64 generator{std::random_device{}()};
-    return generator() | 1;
-}
-
-/// Between half of `backoff` and all of it.
-std::chrono::milliseconds jittered(std::chrono::milliseconds backoff) {
-    static thread_local std::mt19937 generator{std::random_device{}()};
-    std::uniform_int_distribution<std::int64_t> pick(backoff.count() / 2, backoff.count());
-    return std::chrono::milliseconds(pick(generator));
-}
-
-}  // namespace
 
 task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where) {
     co_await rt->event_listener->schedule();
@@ -38,7 +22,7 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
     }
     std::optional<cm_link> data;
     std::exception_ptr refused;  // the last definite answer, if any
-    for (auto backoff = std::chrono::milliseconds(10);; backoff = std::min(backoff * 2, std::chrono::milliseconds(200))) {
+    for (connect_backoff backoff;;) {
         try {
             data = co_await cm_connect_qp(rt, settings, where, qp_role::data, hello, deadline);
             break;
@@ -51,13 +35,11 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
             // started at the same time as its client (or booting) is not up
             // yet. Try again until the deadline.
             bool not_yet = e.code() == std::errc::connection_refused || e.code() == std::errc::host_unreachable;
-            if (!not_yet || std::chrono::steady_clock::now() + backoff >= deadline)
+            if (!not_yet || std::chrono::steady_clock::now() + backoff.step() >= deadline)
                 throw;
             refused = std::current_exception();
         }
-        // Jittered: the clients of a storm that were refused together
-        // (a full backlog) come back spread out, not together again.
-        co_await after(*rt->event_listener, jittered(backoff));
+        co_await after(*rt->event_listener, backoff.next());
     }
     std::string peer = data->cm->peer();
     connection conn = assemble([&] {

@@ -82,4 +82,24 @@ endpoint_message decode_endpoint_message(std::span<const std::uint8_t, endpoint_
     return out;
 }
 
+std::array<std::uint8_t, endpoint_message_size> encode_endpoint_refusal(const endpoint_refusal& refusal) {
+    std::array<std::uint8_t, endpoint_message_size> out{};
+    byte_writer w(out);
+    w.u32(refusal_magic);
+    w.u16(endpoint_version);
+    w.u16(refusal.reason);
+    w.u16(refusal.backlog);
+    return out;
+}
+
+std::optional<endpoint_refusal> endpoint_refusal_of(std::span<const std::uint8_t, endpoint_message_size> in) {
+    byte_reader r(in);
+    if (r.u32() != refusal_magic || r.u16() != endpoint_version)
+        return std::nullopt;
+    endpoint_refusal out;
+    out.reason = r.u16();
+    out.backlog = r.u16();
+    return out;
+}
+
 }  // namespace cordma::detail

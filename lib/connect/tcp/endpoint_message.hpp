@@ -6,7 +6,9 @@
 /// The conversation, the same for both sides (all integers little-endian,
 /// as in every cordma format: wire/byte_codec.hpp):
 ///
-///     -> endpoint message (36 bytes)      <- endpoint message (36 bytes)
+///     <- endpoint message (36 bytes)      (the listener's, sent at once;
+///                                          the client reads it first)
+///     -> endpoint message (36 bytes)
 ///        with the agent: a second pair, for the agent's control QP;
 ///        without it (flags bit 0): the private data, as long as the
 ///        message says, follows each message instead
@@ -31,6 +33,18 @@
 ///                             bytes of private data after the message, at
 ///                             most 196; 0 unless flags bit 0 is set
 ///
+/// A listener that cannot take the client (its backlog is full) sends a
+/// refusal instead of its endpoint message and closes the socket; the
+/// client has sent nothing yet, so the close is a clean one (no reset that
+/// could discard the refusal). Refusal, version 1 (36 bytes, as a message):
+///
+///     offset  size  field
+///          0     4  magic     0x43524452 ("CRDR")
+///          4     2  version   1
+///          6     2  reason    1: the listener's backlog is full
+///          8     2  backlog   the listener's builder::backlog (at most 65535)
+///         10    26  zero
+///
 /// "ready" waits until both QPs are in RTS, so neither side sends before the
 /// other can receive. The Asio side (io thread, sockets, handshake) lives in the
 /// other files of lib/connect/tcp/ (tcp_io.hpp explains them); this header
@@ -39,6 +53,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include <cordma/queue_pair.hpp>
@@ -64,6 +79,19 @@ inline constexpr std::uint8_t endpoint_flag_no_agent = 0x01;
 inline constexpr std::uint16_t endpoint_max_private_data = 196;
 
 std::array<std::uint8_t, endpoint_message_size> encode_endpoint_message(const endpoint_message& message);
+
+/// A listener's refusal (instead of its endpoint message).
+struct endpoint_refusal {
+    static constexpr std::uint16_t backlog_full = 1;
+    std::uint16_t reason = backlog_full;
+    std::uint16_t backlog = 0;
+};
+inline constexpr std::uint32_t refusal_magic = 0x43524452;  // "CRDR"
+
+std::array<std::uint8_t, endpoint_message_size> encode_endpoint_refusal(const endpoint_refusal& refusal);
+/// The refusal in `bytes`, if they are one (its magic and version; any
+/// reason, so a newer listener's reason still reads as a refusal).
+std::optional<endpoint_refusal> endpoint_refusal_of(std::span<const std::uint8_t, endpoint_message_size> bytes);
 
 /// Checks every field. Throws std::invalid_argument naming the first field
 /// that is wrong and its value ("field 'version' is 9, this side speaks 1").

@@ -1,7 +1,9 @@
 #include "connect/tcp/tcp_acceptor.hpp"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -16,6 +18,7 @@
 
 #include "connect/connect.hpp"
 #include "connect/qp_settings.hpp"
+#include "connect/tcp/endpoint_message.hpp"
 #include "connect/tcp/tcp_channel.hpp"
 #include "connect/tcp/tcp_handshake.hpp"
 #include "connect/tcp/tcp_io.hpp"
@@ -187,11 +190,18 @@ void tcp_acceptor::on_accepted(std::shared_ptr<accepted_client> client) {
         if (refused_full_++ == 0)
             detail::logf(log_level::warning,
                          "cordma: listener %s: refused a client from %s: its backlog of %zu is full (%zu "
-                         "handshaking, %zu waiting to, %zu connected and waiting for accept()). Raise "
-                         "builder::backlog, or accept() sooner",
+                         "handshaking, %zu waiting to, %zu connected and waiting for accept()); it retries until "
+                         "its connect_timeout. Raise builder::backlog, or accept() sooner",
                          address_.c_str(), client->peer.c_str(), settings_.backlog, handshakes_, waiting_.size(),
                          clients_->ready());
-        return;  // its socket closes: the client's exchange fails
+        // Said before the socket closes: the client names the backlog and
+        // retries. A fresh socket's buffer takes 36 bytes at once; if it
+        // does not, the client sees the close alone.
+        endpoint_refusal refusal;
+        refusal.backlog = static_cast<std::uint16_t>(std::min<std::size_t>(settings_.backlog, 65535));
+        auto bytes = encode_endpoint_refusal(refusal);
+        [[maybe_unused]] auto sent = ::send(client->fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        return;
     }
     if (refused_full_ > 0) {
         detail::logf(log_level::warning,
@@ -209,7 +219,7 @@ task<connection> tcp_acceptor::handshake(std::shared_ptr<accepted_client> client
     auto channel = tcp_channel::make(rt_, io, client->peer);
     start_deadline(*service_, io, settings_.connect_timeout);
     co_return co_await exchange_endpoints(rt_, settings_, std::move(channel), client->peer,
-                                          "accept from " + client->peer);
+                                          "accept from " + client->peer, false);
 }
 
 void tcp_acceptor::shut() noexcept {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -12,6 +13,7 @@
 #include <asio/ip/tcp.hpp>
 
 #include "connect/connect.hpp"
+#include "connect/connect_backoff.hpp"
 #include "connect/tcp/tcp_channel.hpp"
 #include "connect/tcp/tcp_handshake.hpp"
 #include "connect/tcp/tcp_io.hpp"
@@ -30,7 +32,8 @@ task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings se
     tcp_service& service = tcp_service::of(*rt);
     auto deadline = std::chrono::steady_clock::now() + settings.connect_timeout;
     bool refused_before = false;  // the last definite answer was a refusal
-    for (auto backoff = std::chrono::milliseconds(10);; backoff = std::min(backoff * 2, std::chrono::milliseconds(200))) {
+    std::exception_ptr backlog_full;  // the last refusal by a full backlog, if any
+    for (connect_backoff backoff;;) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         auto io = std::make_shared<tcp_io>(service.context());
         auto channel = tcp_channel::make(rt, io, peer);
@@ -50,11 +53,13 @@ task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings se
         // Nothing listening yet (a server started with its client): try
         // again until the connect deadline. A deadline that runs out during
         // a retry after a refusal reports the refusal, as over rdma_cm.
-        if (refused && std::chrono::steady_clock::now() + backoff < deadline) {
+        if (refused && std::chrono::steady_clock::now() + backoff.step() < deadline) {
             refused_before = true;
-            co_await after(*rt->event_listener, backoff);
+            co_await after(*rt->event_listener, backoff.next());
             continue;
         }
+        if (connected.timed_out && backlog_full)
+            std::rethrow_exception(backlog_full);
         if (refused || (connected.timed_out && refused_before)) {
             throw handshake_error(std::make_error_code(std::errc::connection_refused),
                                   who + ": connection refused until builder::connect_timeout ran out (nothing "
@@ -62,9 +67,25 @@ task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings se
                                         "endpoint_exchange::tcp?)");
         }
         check(connected, who, settings.connect_timeout, "connecting over TCP");
-        connection conn = co_await exchange_endpoints(rt, settings, std::move(channel), peer, who);
-        connection_access::state(conn)->reopen = [rt, settings, where] { return connect_tcp(rt, settings, where); };
-        co_return conn;
+        std::optional<connection> conn;
+        try {
+            conn = co_await exchange_endpoints(rt, settings, std::move(channel), peer, who, true);
+        } catch (const handshake_error& e) {
+            // The listener's backlog is full: try again (jittered, so a
+            // storm's refused clients come back spread out) until the
+            // deadline, then say so.
+            if (e.code() != std::errc::connection_refused)
+                throw;
+            backlog_full = std::current_exception();
+            if (std::chrono::steady_clock::now() + backoff.step() >= deadline)
+                std::rethrow_exception(backlog_full);
+        }
+        if (!conn) {
+            co_await after(*rt->event_listener, backoff.next());
+            continue;
+        }
+        connection_access::state(*conn)->reopen = [rt, settings, where] { return connect_tcp(rt, settings, where); };
+        co_return std::move(*conn);
     }
 }
 

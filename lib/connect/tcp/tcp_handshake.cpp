@@ -20,7 +20,8 @@
 namespace cordma::detail {
 
 task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
-                                    std::shared_ptr<tcp_channel> channel, std::string peer, std::string who) {
+                                    std::shared_ptr<tcp_channel> channel, std::string peer, std::string who,
+                                    bool connecting) {
     tcp_service& service = channel->service();
     event_listener& el = *rt->event_listener;
     std::shared_ptr<tcp_io> io = channel->io();
@@ -39,19 +40,39 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
     }
     io->sent = encode_endpoint_message(ours);
 
-    check(co_await on_io(service, el, io,
-                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
-                             // Without an agent the private data follows the message at once.
-                             std::array<asio::const_buffer, 2> buffers{asio::buffer(io->sent),
-                                                                       asio::buffer(io->private_sent)};
-                             asio::async_write(io->socket, buffers, std::move(done));
-                         }),
-          who, limit, "sending our endpoint");
+    auto send_ours = [&]() -> task<void> {
+        check(co_await on_io(service, el, io,
+                             [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                                 // Without an agent the private data follows the message at once.
+                                 std::array<asio::const_buffer, 2> buffers{asio::buffer(io->sent),
+                                                                           asio::buffer(io->private_sent)};
+                                 asio::async_write(io->socket, buffers, std::move(done));
+                             }),
+              who, limit, "sending our endpoint");
+    };
+    // The listener sends first; the client reads the listener's message
+    // (or its refusal) before it sends anything, so a refusal's close never
+    // meets unread bytes (which would reset the socket and lose it).
+    if (!connecting)
+        co_await send_ours();
     check(co_await on_io(service, el, io,
                          [](const std::shared_ptr<tcp_io>& io, io_done done) {
                              asio::async_read(io->socket, asio::buffer(io->received), std::move(done));
                          }),
           who, limit, "waiting for the peer's endpoint");
+    if (auto refusal = endpoint_refusal_of(io->received)) {
+        throw handshake_error(
+            std::make_error_code(std::errc::connection_refused),
+            who + ": refused: " +
+                (refusal->reason == endpoint_refusal::backlog_full
+                     ? "the server's backlog of " + std::to_string(refusal->backlog) +
+                           " is full (clients connecting or waiting for its accept()); retried until "
+                           "builder::connect_timeout: raise builder::backlog on the listener, or connect_timeout "
+                           "here"
+                     : "the listener gave reason " + std::to_string(refusal->reason) + ", unknown to this side"));
+    }
+    if (connecting)
+        co_await send_ours();
     endpoint_message remote;
     try {
         remote = decode_endpoint_message(io->received);

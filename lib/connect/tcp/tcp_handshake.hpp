@@ -17,13 +17,17 @@ namespace cordma::detail {
 class tcp_channel;
 
 /// Event listener thread, both sides, over a connected socket whose deadline is
-/// running: create the QP, send our endpoint, read theirs, connect the QP,
+/// running: create the QP, send our endpoint and read theirs (`connecting`:
+/// the client, which reads the listener's first), connect the QP,
 /// then exchange "ready". With the agent, a second pair of endpoints for its
 /// control QP; without (builder::agent(false)), the private data each way
-/// instead. Throws handshake_error for what the peer or the
+/// instead. A listener's refusal (its backlog full) throws handshake_error
+/// with connection_refused, naming the backlog. Throws handshake_error for
+/// what the peer or the
 /// network did wrong. `who` names this side's attempt in errors ("connect to
 /// 10.0.0.2:7471", "accept from 10.0.0.3:51234").
 task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
-                                    std::shared_ptr<tcp_channel> channel, std::string peer, std::string who);
+                                    std::shared_ptr<tcp_channel> channel, std::string peer, std::string who,
+                                    bool connecting);
 
 }  // namespace cordma::detail
