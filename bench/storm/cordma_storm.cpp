@@ -1,0 +1,271 @@
+// cordma_storm: a connection storm, N clients connecting at once to one
+// server, timed; the program beside rdma-core's cmtime in bench/storm/run.
+//
+// Usage:
+//   cordma_storm serve ADDR:PORT --connections N [--kind K] [--timeout S]
+//   cordma_storm connect ADDR:PORT --connections N [--kind K] [--timeout S]
+//   --kind plain  builder::agent(false): one QP per connection, connected
+//                 over rdma_cm exactly as cmtime's (default)
+//          agent  cordma's default connection: a data QP and the agent's
+//                 control QP, the agent's hello exchanged
+//          rpc    an rpc::client per connection, each making one call (a
+//                 64-byte echo, checked) once connected
+//   --timeout S   bound on the whole run (default 120): a process that is
+//                 still waiting then says so and exits 1
+//
+// The server listens with a backlog of at least N (so a storm is never
+// refused, only served), prints "listening on IP:PORT", takes N clients
+// and exits once every one has closed. The client starts N connects at
+// once (coroutines on one event listener), waits for all (and, for rpc,
+// their calls), then closes them all; it prints one JSON line: the
+// storm's wall time, connections per second, each connection's own time
+// (p50, p99, max) and the close time.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cordma/builder.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/listener.hpp>
+#include <cordma/rpc.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+#include <cordma/task_group.hpp>
+
+#include "../lib/bench_options.hpp"
+
+using namespace cordma;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+enum class kind { plain, agent, rpc };
+
+struct options {
+    bool serving = false;
+    std::string address;
+    long connections = 100;
+    kind what = kind::plain;
+    long timeout_s = 120;
+};
+
+void usage(std::FILE* to) {
+    std::fprintf(to,
+                 "usage: cordma_storm serve|connect ADDR:PORT --connections N [--kind plain|agent|rpc] "
+                 "[--timeout S]\n");
+}
+
+builder builder_for(const options& o) {
+    builder b;
+    b.agent(o.what == kind::agent);
+    b.connect_timeout(std::chrono::seconds(o.timeout_s));
+    b.backlog(static_cast<std::size_t>(std::max(256L, o.connections)));
+    return b;
+}
+
+double ms_since(clock_type::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+/// Exits the process with a message once `limit` has passed, unless
+/// disarmed: every wait of the run is under it.
+class watchdog {
+public:
+    watchdog(long limit_s, const char* who)
+        : thread_([limit_s, who](std::stop_token done) {
+              std::mutex m;
+              std::condition_variable_any cv;
+              std::unique_lock lock(m);
+              if (!cv.wait_for(lock, done, std::chrono::seconds(limit_s), [] { return false; }) &&
+                  !done.stop_requested()) {
+                  std::fprintf(stderr, "cordma_storm %s: not done within %ld s; giving up\n", who, limit_s);
+                  std::_Exit(1);
+              }
+          }) {}
+
+private:
+    std::jthread thread_;
+};
+
+// ---- serve -----------------------------------------------------------------
+
+/// Holds one accepted connection until its client closes it.
+task<void> hold(connection c, std::shared_ptr<memory_pool> pool) {
+    local_mr buffer = pool->allocate(64);
+    try {
+        co_await c.recv(buffer.all());  // ends when the client disconnects
+    } catch (const std::exception&) {
+    }
+    co_await c.close();
+}
+
+task<void> serve_plain(const options& o, builder b) {
+    listener l = b.listen(o.address);
+    std::printf("listening on %s\n", l.address().c_str());
+    std::fflush(stdout);
+    auto pool = b.pool();
+    task_group held;
+    for (long i = 0; i < o.connections; ++i)
+        held.spawn(hold(co_await l.accept(), pool));
+    co_await held.join();
+}
+
+void serve_rpc(const options& o, builder b) {
+    std::size_t n = static_cast<std::size_t>(o.connections);
+    rpc::server server(b, {.receives = std::max<std::size_t>(512, 4 * n), .credits = 4});
+    std::atomic<std::size_t> calls{0};
+    std::stop_source stop;
+    server.handle(1, "echo", [&](rpc::request r) -> task<std::vector<std::byte>> {
+        std::vector<std::byte> out(r.bytes().begin(), r.bytes().end());
+        if (++calls == n)
+            stop.request_stop();  // every client has called: stop taking more
+        co_return out;
+    });
+    listener l = b.listen(o.address);
+    std::printf("listening on %s\n", l.address().c_str());
+    std::fflush(stdout);
+    sync_wait(server.serve(l, stop.get_token()));
+}
+
+// ---- connect ---------------------------------------------------------------
+
+struct storm {
+    std::vector<double> ms;  // each connection's own time, in finishing order
+    std::vector<connection> connections;
+    std::vector<rpc::client> clients;
+    std::string first_error;
+    std::size_t failed = 0;
+};
+
+task<void> one_plain(builder b, const std::string& address, storm* s) {
+    auto t0 = clock_type::now();
+    try {
+        connection c = co_await b.connect(address);
+        s->ms.push_back(ms_since(t0));
+        s->connections.push_back(std::move(c));
+    } catch (const std::exception& e) {
+        if (s->failed++ == 0)
+            s->first_error = e.what();
+    }
+}
+
+task<void> one_rpc(builder b, const std::string& address, storm* s) {
+    auto t0 = clock_type::now();
+    try {
+        rpc::client c = co_await rpc::client::connect(b, address);
+        std::vector<std::byte> request(64, std::byte{0x6b});
+        std::vector<std::byte> response = co_await c.call(1, request);
+        if (response != request)
+            throw std::runtime_error("the echo came back different");
+        s->ms.push_back(ms_since(t0));
+        s->clients.push_back(std::move(c));
+    } catch (const std::exception& e) {
+        if (s->failed++ == 0)
+            s->first_error = e.what();
+    }
+}
+
+task<int> connect_all(const options& o, builder b) {
+    storm s;
+    s.ms.reserve(static_cast<std::size_t>(o.connections));
+    co_await b.event_listener()->schedule();  // every connect starts on the event listener
+    auto t0 = clock_type::now();
+    task_group storm_of;
+    for (long i = 0; i < o.connections; ++i)
+        storm_of.spawn(o.what == kind::rpc ? one_rpc(b, o.address, &s) : one_plain(b, o.address, &s));
+    co_await storm_of.join();
+    double wall_ms = ms_since(t0);
+
+    auto t1 = clock_type::now();
+    task_group closing;
+    for (auto& c : s.connections)
+        closing.spawn(c.close());
+    for (auto& c : s.clients)
+        closing.spawn(c.close());
+    co_await closing.join();
+    double close_ms = ms_since(t1);
+
+    std::vector<double> sorted = s.ms;
+    std::sort(sorted.begin(), sorted.end());
+    auto at = [&](double q) {
+        return sorted.empty() ? 0.0 : sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(q * sorted.size()))];
+    };
+    const char* kinds[] = {"plain", "agent", "rpc"};
+    std::printf("{\"kind\": \"%s\", \"connections\": %ld, \"connected\": %zu, \"failed\": %zu, \"wall_ms\": %.2f, "
+                "\"per_s\": %.1f, \"p50_ms\": %.2f, \"p99_ms\": %.2f, \"max_ms\": %.2f, \"close_ms\": %.2f}\n",
+                kinds[static_cast<int>(o.what)], o.connections, sorted.size(), s.failed, wall_ms,
+                static_cast<double>(sorted.size()) / (wall_ms / 1000.0), at(0.5), at(0.99),
+                sorted.empty() ? 0.0 : sorted.back(), close_ms);
+    if (s.failed != 0)
+        std::fprintf(stderr, "cordma_storm connect: %zu of %ld failed; the first: %s\n", s.failed, o.connections,
+                     s.first_error.c_str());
+    co_return s.failed == 0 ? 0 : 1;
+}
+
+options parse(int argc, char** argv) {
+    options o;
+    if (argc < 3)
+        throw cordma_bench::usage_error("serve or connect, and ADDR:PORT, are missing");
+    std::string_view mode = argv[1];
+    if (mode != "serve" && mode != "connect")
+        throw cordma_bench::usage_error("the first argument is serve or connect, not '" + std::string(mode) + "'");
+    o.serving = mode == "serve";
+    o.address = argv[2];
+    cordma_bench::option_reader r(argc - 2, argv + 2, usage);
+    while (r.next()) {
+        if (r.name() == "--connections")
+            o.connections = cordma_bench::parse_number("--connections", r.value(), 1, 65535);
+        else if (r.name() == "--timeout")
+            o.timeout_s = cordma_bench::parse_number("--timeout", r.value(), 1, 86400);
+        else if (r.name() == "--kind") {
+            std::string_view k = r.value();
+            if (k == "plain")
+                o.what = kind::plain;
+            else if (k == "agent")
+                o.what = kind::agent;
+            else if (k == "rpc")
+                o.what = kind::rpc;
+            else
+                throw cordma_bench::usage_error("--kind is plain, agent or rpc, not '" + std::string(k) + "'");
+        } else
+            throw cordma_bench::usage_error("unknown option '" + std::string(r.arg()) + "'");
+    }
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    options o;
+    try {
+        o = parse(argc, argv);
+    } catch (const cordma_bench::usage_error& e) {
+        std::fprintf(stderr, "cordma_storm: %s\n", e.what());
+        usage(stderr);
+        return 2;
+    }
+    watchdog limit(o.timeout_s, o.serving ? "serve" : "connect");
+    try {
+        builder b = builder_for(o);
+        if (!o.serving)
+            return sync_wait(connect_all(o, b));
+        if (o.what == kind::rpc)
+            serve_rpc(o, b);
+        else
+            sync_wait(serve_plain(o, b));
+        std::printf("served %ld connections\n", o.connections);
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "cordma_storm %s: %s\n", o.serving ? "serve" : "connect", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""bench/storm's measurements: one record per run (--record), and the report
+(--raw --meta --out): NAME.json with every record, NAME.md with the table.
+
+cmtime prints, per step, the wall time from the first connection starting
+it to the last finishing it ("total ms"), the steps running one after the
+other for all N connections. Its storm time is the sum of the steps that
+set a connection up (or its "full connect" row, where it has one); its
+connections per second are N over that. cordma_storm prints one JSON line:
+the wall time from the first connect to the last connected (and, for rpc,
+called) connection."""
+import argparse
+import json
+import re
+import statistics
+import sys
+
+SETUP_STEPS = ("create id", "bind addr", "resolve addr", "resolve route", "create qp", "connect")
+ROW = re.compile(r"^\s*([a-z][a-z /_-]*?)\s*:\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)\s*$")
+
+
+def cmtime_table(lines):
+    """The client's first step table: {step: total_ms}."""
+    steps, seen = {}, False
+    for line in lines:
+        if line.startswith("server| "):
+            continue
+        if line.lstrip().startswith("step"):
+            if seen:
+                break
+            seen = True
+            continue
+        m = ROW.match(line)
+        if seen and m:
+            steps[m.group(1).strip()] = float(m.group(2))
+        elif seen and steps and not m:
+            break
+    return steps
+
+
+def record(args):
+    rnd, impl, n, rc, out, err = args
+    lines = [l.rstrip("\n") for l in open(out, errors="replace")]
+    rec = {"round": int(rnd), "impl": impl, "connections": int(n), "rc": int(rc), "result": None}
+    if impl == "cmtime":
+        steps = cmtime_table(lines)
+        if steps:
+            full = next((v for k, v in steps.items() if "full connect" in k), None)
+            setup = full if full is not None else sum(v for k, v in steps.items() if k in SETUP_STEPS)
+            rec["result"] = {"steps_ms": steps, "wall_ms": round(setup, 2),
+                             "per_s": round(int(n) / (setup / 1000.0), 1) if setup > 0 else None,
+                             "from": "full connect" if full is not None else "+".join(
+                                 k for k in steps if k in SETUP_STEPS)}
+    else:
+        for line in lines:
+            if line.startswith("{"):
+                try:
+                    rec["result"] = json.loads(line)
+                except json.JSONDecodeError:
+                    pass
+    if rec["rc"] == 0 and rec["result"] is None:
+        rec["rc"] = -1
+    if rec["rc"] != 0:
+        rec["output_tail"] = [l.rstrip("\n") for l in open(err, errors="replace")][-8:] + lines[-8:]
+    print(json.dumps(rec))
+
+
+def report(raw, meta, out):
+    recs = [json.loads(l) for l in open(raw) if l.strip()]
+    info = json.load(open(meta))
+    json.dump({"meta": info, "records": recs}, open(out + ".json", "w"), indent=1)
+    ok = [r for r in recs if r["rc"] == 0 and r["result"] and r["result"].get("per_s")]
+    failed = [r for r in recs if r not in ok]
+
+    def med(impl, n, key="per_s"):
+        v = [r["result"][key] for r in ok if r["impl"] == impl and r["connections"] == n]
+        return statistics.median(v) if v else None
+
+    def fmt(x, d=0):
+        return "-" if x is None else f"{x:.{d}f}"
+
+    def ratio(a, b):
+        return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+    lines = [f"# Connection storms: cordma beside cmtime ({info['started'][:10]})", "",
+             f"{info['rounds']} rounds in one boot of tools/rxe-vm ({info['cpus']} vCPUs, kernel {info['kernel']}, "
+             f"rxe0, client and server on one host), rdmacm-utils {info['rdmacm_utils']}; medians over the rounds. "
+             "Connections per second: N over the time from the first connect started to the last connected "
+             "(cmtime: the sum of its set-up steps).", "",
+             "| N | cmtime conn/s | cordma plain conn/s | plain / cmtime | cordma + agent conn/s | "
+             "agent / cmtime | rpc connect + call /s | plain p50 / max ms |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in info["connections"]:
+        c, p, a, r = med("cmtime", n), med("plain", n), med("agent", n), med("rpc", n)
+        lines.append(f"| {n} | {fmt(c)} | {fmt(p)} | {ratio(p, c)} | {fmt(a)} | {ratio(a, c)} | {fmt(r)} | "
+                     f"{fmt(med('plain', n, 'p50_ms'), 1)} / {fmt(med('plain', n, 'max_ms'), 1)} |")
+    if failed:
+        lines += ["", f"{len(failed)} measurement(s) failed (in {out.split('/')[-1]}.json):"]
+        lines += [f"- round {r['round']} {r['impl']} x{r['connections']}: status {r['rc']}" for r in failed]
+    open(out + ".md", "w").write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--record", nargs=6, metavar=("ROUND", "IMPL", "N", "RC", "OUT", "ERR"))
+    ap.add_argument("--raw")
+    ap.add_argument("--meta")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.record:
+        record(a.record)
+    elif a.raw and a.meta and a.out:
+        report(a.raw, a.meta, a.out)
+    else:
+        ap.error("--record ..., or --raw, --meta and --out")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
