@@ -229,9 +229,15 @@ public:
 
     /// An empty handle: every call but operator bool throws std::logic_error.
     connection() = default;
+    /// Another handle to the same connection (counted: see the class).
     connection(const connection& other) noexcept;
+    /// Takes `other`'s reference; `other` is left empty.
     connection(connection&& other) noexcept = default;
+    /// Drops this handle's connection (closing it if this was its last
+    /// handle), then refers to `other`'s.
     connection& operator=(const connection& other) noexcept;
+    /// Drops this handle's connection (closing it if this was its last
+    /// handle), then takes `other`'s reference; `other` is left empty.
     connection& operator=(connection&& other) noexcept;
     /// The last handle going closes the connection (see the class).
     ~connection();
