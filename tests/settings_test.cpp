@@ -92,7 +92,7 @@ TEST_CASE("every QP setting applies on the side that set it, on both transports"
         .remote_access(access_flags::remote_read | access_flags::remote_write | access_flags::remote_atomic);
     builder client_side;
     client_side.exchange(how)
-        .timeout(17)
+        .timeout(16)
         .retry_count(5)
         .rnr_retry(3)
         .min_rnr_timer(14)
@@ -110,7 +110,7 @@ TEST_CASE("every QP setting applies on the side that set it, on both transports"
     queried c = query(client);
     gid_indices gids = find_gids(*client_side.event_listener()->device());
 
-    CHECK(static_cast<int>(c.attr.timeout) == 17);
+    CHECK(static_cast<int>(c.attr.timeout) == 16);
     CHECK(static_cast<int>(s.attr.timeout) == 12);
     CHECK(static_cast<int>(c.attr.retry_cnt) == 5);
     CHECK(static_cast<int>(s.attr.retry_cnt) == 6);

@@ -89,21 +89,15 @@ struct CORDMA_API connection_settings {
     // every path (rdma_cm, the TCP exchange, connect_loopback): their
     // numbers are held once, in queue_pair.hpp's qp_defaults.
 
-    /// Local ACK timeout code: 4.096 us * 2^timeout (default 16: about
-    /// 268 ms). Not shorter: on Soft-RoCE the peer's acknowledgements come
-    /// from its kernel, and a live peer whose CPU is starved (a loaded
-    /// host, a busy VM) must not be taken for a dead one; at 14 (67 ms) a
-    /// loaded host's peers were declared dead mid-transfer. A lost last
-    /// packet is sent again after this long (earlier losses are repaired at
-    /// once, when the next packet shows the gap).
+    /// Local ACK timeout code: 4.096 us * 2^timeout (default 14: about
+    /// 67 ms).
     std::uint8_t timeout = qp_defaults::timeout;
     /// Retransmissions before a work request fails with a retry error
     /// (IBV_WC_RETRY_EXC_ERR, "the peer stopped acknowledging"). A peer
     /// that stops answering (its link down, its host off) is found after
-    /// about (retry_count + 1) * 4.096 us * 2^timeout: 7 * 268 ms = 1.9 s
+    /// about (retry_count + 1) * 4.096 us * 2^timeout: 7 * 67 ms = 470 ms
     /// with the defaults (the IB spec lets a device's timer run up to 4x
-    /// long); a live peer may be starved that long and still count as
-    /// alive. Default 6, not 7: rxe, and some devices, retry forever at 7.
+    /// long). Default 6, not 7: rxe, and some devices, retry forever at 7.
     std::uint8_t retry_count = qp_defaults::retry_count;
     /// Receiver-not-ready retries of this side's sends (default 6). Never
     /// 7 ("forever") by default.

@@ -30,10 +30,10 @@ cd "$build"
 vm() { "$src/tools/rxe-vm" "$@"; }
 fp="$build/tests/fault_peer"
 # The retry time of cordma's default QP settings (qp_defaults in
-# queue_pair.hpp, explained in builder.hpp): timeout code 16
-# (4.096 us * 2^16 = 268 ms), retry_count 6: 7 tries, 1879 ms. The
+# queue_pair.hpp, explained in builder.hpp): timeout code 14
+# (4.096 us * 2^14 = 67 ms), retry_count 6: 7 tries, 470 ms. The
 # limit allows the IB spec's 4x timer slack plus 1 s for the emulated CPU.
-retry_ms=$(( (6 + 1) * 4096 * (1 << 16) / 1000000 ))
+retry_ms=$(( (6 + 1) * 4096 * (1 << 14) / 1000000 ))
 linkdown_limit=$(( 4 * retry_ms + 1000 ))
 mixed() {  # NETEM...
   vm -n 2 -t 420 -- env SRC="$src" BUILD="$build" NETEM="$*" SECONDS_OF_TRAFFIC=20 \
@@ -43,7 +43,7 @@ case "$scenario" in
   loss)    mixed loss 5% ;;
   reorder) mixed loss 1% delay 20ms reorder 5% 50% ;;
   linkdown)
-    echo "faults.sh: retry time of the default settings: (6 + 1) x 4.096 us x 2^16 = $retry_ms ms; limit $linkdown_limit ms"
+    echo "faults.sh: retry time of the default settings: (6 + 1) x 4.096 us x 2^14 = $retry_ms ms; limit $linkdown_limit ms"
     vm -n 2 -t 420 -- env BUILD="$build" SCENARIO=linkdown LIMIT_MS=$linkdown_limit sh "$src/tests/faults/pressure_guest.sh" ;;
   poweroff)
     vm -n 3 -t 420 -- env BUILD="$build" SCENARIO=poweroff LIMIT_MS=5000 sh "$src/tests/faults/pressure_guest.sh" ;;
