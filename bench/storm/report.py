@@ -38,9 +38,18 @@ def cmtime_table(lines):
     return steps
 
 
+def read_lines(path):
+    """The file's lines, or none if it was never written (a server that
+    never listened leaves its client unrun)."""
+    try:
+        return [l.rstrip("\n") for l in open(path, errors="replace")]
+    except FileNotFoundError:
+        return []
+
+
 def record(args):
     rnd, impl, n, rc, out, err = args
-    lines = [l.rstrip("\n") for l in open(out, errors="replace")]
+    lines = read_lines(out)
     rec = {"round": int(rnd), "impl": impl, "connections": int(n), "rc": int(rc), "result": None}
     if impl == "cmtime":
         steps = cmtime_table(lines)
@@ -61,7 +70,7 @@ def record(args):
     if rec["rc"] == 0 and rec["result"] is None:
         rec["rc"] = -1
     if rec["rc"] != 0:
-        rec["output_tail"] = [l.rstrip("\n") for l in open(err, errors="replace")][-8:] + lines[-8:]
+        rec["output_tail"] = read_lines(err)[-8:] + lines[-8:]
     print(json.dumps(rec))
 
 
