@@ -15,8 +15,8 @@ namespace cordma {
 namespace detail {
 namespace {
 
-/// Event listener thread. Resumes when no send is pending on `state` or
-/// `linger` has passed, looking every few milliseconds: at close only, so
+/// Event listener thread. Resumes when no send is pending on `state`, it
+/// broke, or `until` has passed, looking every few milliseconds: at close only, so
 /// nothing is added to the completion path.
 struct sends_settled {
     std::shared_ptr<connection_state> state;

@@ -8,6 +8,7 @@
 #include <cordma/task_group.hpp>
 
 #include "connect/assemble.hpp"
+#include "connect/backlog_refusal.hpp"
 #include "connect/qp_settings.hpp"
 #include "connect/rdma_cm/cm_handshake.hpp"
 #include "engine/connection_state.hpp"
@@ -144,7 +145,7 @@ void cm_acceptor::refuse_full(rdma_cm_id* id) noexcept {
                      ready_->ready());
     cm_refusal refusal;
     refusal.reason = cm_refusal::backlog_full;
-    refusal.backlog = static_cast<std::uint16_t>(std::min<std::size_t>(settings_.backlog, 65535));
+    refusal.backlog = backlog_on_wire(settings_.backlog);
     auto bytes = refusal.bytes();
     rdma_reject(id, bytes.data(), static_cast<std::uint8_t>(bytes.size()));
     rdma_destroy_id(id);

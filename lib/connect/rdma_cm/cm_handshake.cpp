@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "connect/backlog_refusal.hpp"
 #include "connect/route_hint.hpp"
 #include "engine/shared_receive_state.hpp"
 #include "verbs/check.hpp"
@@ -44,12 +45,7 @@ std::vector<std::byte> private_data_of(const cm_event_copy& event) {
         // final, unlike nothing listening yet.
         auto refusal = cm_refusal::from(*event);
         if (refusal && refusal->reason == cm_refusal::backlog_full)
-            throw connect_error(std::make_error_code(std::errc::connection_refused),
-                                "connect to " + peer + ": refused: the server's backlog of " +
-                                    std::to_string(refusal->backlog) +
-                                    " is full (clients connecting or waiting for its accept()); retried until "
-                                    "builder::connect_timeout: raise builder::backlog on the listener, or "
-                                    "connect_timeout here");
+            throw backlog_full_error("connect to " + peer, refusal->backlog);
         if (refusal)
             throw connect_error(
                 std::make_error_code(std::errc::protocol_not_supported),

@@ -3,7 +3,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -16,6 +15,7 @@
 #include <cordma/error.hpp>
 #include <cordma/task_group.hpp>
 
+#include "connect/backlog_refusal.hpp"
 #include "connect/connect.hpp"
 #include "connect/qp_settings.hpp"
 #include "connect/tcp/endpoint_message.hpp"
@@ -198,7 +198,7 @@ void tcp_acceptor::on_accepted(std::shared_ptr<accepted_client> client) {
         // retries. A fresh socket's buffer takes 36 bytes at once; if it
         // does not, the client sees the close alone.
         endpoint_refusal refusal;
-        refusal.backlog = static_cast<std::uint16_t>(std::min<std::size_t>(settings_.backlog, 65535));
+        refusal.backlog = backlog_on_wire(settings_.backlog);
         auto bytes = encode_endpoint_refusal(refusal);
         [[maybe_unused]] auto sent = ::send(client->fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         return;

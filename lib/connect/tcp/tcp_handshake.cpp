@@ -11,6 +11,7 @@
 #include <asio/write.hpp>
 
 #include "connect/assemble.hpp"
+#include "connect/backlog_refusal.hpp"
 #include "connect/qp_settings.hpp"
 #include "connect/tcp/endpoint_message.hpp"
 #include "connect/tcp/tcp_channel.hpp"
@@ -61,15 +62,11 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
                          }),
           who, limit, "waiting for the peer's endpoint");
     if (auto refusal = endpoint_refusal_of(io->received)) {
-        throw handshake_error(
-            std::make_error_code(std::errc::connection_refused),
-            who + ": refused: " +
-                (refusal->reason == endpoint_refusal::backlog_full
-                     ? "the server's backlog of " + std::to_string(refusal->backlog) +
-                           " is full (clients connecting or waiting for its accept()); retried until "
-                           "builder::connect_timeout: raise builder::backlog on the listener, or connect_timeout "
-                           "here"
-                     : "the listener gave reason " + std::to_string(refusal->reason) + ", unknown to this side"));
+        if (refusal->reason == endpoint_refusal::backlog_full)
+            throw backlog_full_error(who, refusal->backlog);
+        throw handshake_error(std::make_error_code(std::errc::connection_refused),
+                              who + ": refused: the listener gave reason " + std::to_string(refusal->reason) +
+                                  ", unknown to this side");
     }
     if (connecting)
         co_await send_ours();
