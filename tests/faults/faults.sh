@@ -36,11 +36,30 @@ fp="$build/tests/fault_peer"
 retry_ms=$(( (6 + 1) * 4096 * (1 << 14) / 1000000 ))
 linkdown_limit=$(( 4 * retry_ms + 1000 ))
 mixed() {  # NETEM...
+  local out rc=0
+  out=$(mktemp)
   vm -n 2 -t 420 -- env SRC="$src" BUILD="$build" NETEM="$*" SECONDS_OF_TRAFFIC=20 \
-    STREAM_BYTES=$((16 << 20)) RPC_CALLS=2000 sh "$src/tests/faults/mixed_guest.sh"
+    STREAM_BYTES=$((16 << 20)) RPC_CALLS=2000 sh "$src/tests/faults/mixed_guest.sh" 2>&1 | tee "$out" || rc=$?
+  # One more run only when a host's emulated NIC was seen to stop sending
+  # (lib.sh's watch_link: nothing sent for 3 s with packets queued): that
+  # failure is QEMU's or the guest driver's, not cordma's, and is said.
+  if [ "$rc" != 0 ] && grep -q "LINK STALL" "$out"; then
+    echo "faults.sh: a host's emulated NIC stalled (LINK STALL above); running the scenario once more"
+    rc=0
+    vm -n 2 -t 420 -- env SRC="$src" BUILD="$build" NETEM="$*" SECONDS_OF_TRAFFIC=20 \
+      STREAM_BYTES=$((16 << 20)) RPC_CALLS=2000 sh "$src/tests/faults/mixed_guest.sh" || rc=$?
+  fi
+  rm -f "$out"
+  return "$rc"
 }
 case "$scenario" in
-  loss)    mixed loss 5% ;;
+  # netem's queue holds 64 packets, not its default 1,000: on this
+  # emulated link (about 10 MB/s) 1,000 packets of 4 KiB are 0.4 s of
+  # queueing, more than RC's 7 ACK timeouts of 67 ms, so a retried READ
+  # waited behind the retransmissions of every other QP and its QP gave up
+  # (retry counter exceeded; 1 in 5 runs). A real switch port buffers
+  # microseconds, not seconds; 64 packets are about 25 ms here.
+  loss)    mixed limit 64 loss 5% ;;
   reorder) mixed loss 1% delay 20ms reorder 5% 50% ;;
   linkdown)
     echo "faults.sh: retry time of the default settings: (6 + 1) x 4.096 us x 2^14 = $retry_ms ms; limit $linkdown_limit ms"
