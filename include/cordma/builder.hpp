@@ -72,7 +72,7 @@ struct CORDMA_API connection_settings {
     /// family; the error lists the usable ones.
     int gid_index = -1;
     /// Initial entries of the shared completion queues; they grow as
-    /// connections are added.
+    /// connections are added, and past the device's max_cqe another is made.
     int cq_size = 1024;
     /// Queue depths, scatter/gather entries and inline size of each
     /// connection's queue pair (builder::send_queue_depth,
@@ -197,8 +197,10 @@ public:
     /// address); checked at connect and listen, whose error lists the
     /// usable indices and their types.
     builder& gid_index(int index);
-    /// Initial entries of the shared completion queues (at least 1; they
-    /// grow as connections are added).
+    /// Initial entries of the shared completion queues (at least 1). They
+    /// grow as connections are added, up to the device's max_cqe; past that
+    /// the builder makes another CQ (of at least this size), so the number
+    /// of connections is bounded by memory, not by one CQ.
     builder& cq_size(int entries);
     /// Work requests each connection can have outstanding on its send
     /// queue (at least 1): sends, writes, reads and atomics in flight.

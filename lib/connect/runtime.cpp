@@ -20,33 +20,25 @@ std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
     if (settings.pool_initial_size != 0)
         rt->pool->reserve(settings.pool_initial_size);
     rt->ledger = std::make_shared<agent_ledger>();
-    rt->send_cq = rt->event_listener->create_cq(settings.cq_size);
-    rt->recv_cq = rt->event_listener->create_cq(settings.cq_size);
+    rt->send_cqs = std::make_unique<cq_pool>(rt->event_listener, settings.cq_size, "send");
+    rt->recv_cqs = std::make_unique<cq_pool>(rt->event_listener, settings.cq_size, "receive");
     return rt;
 }
 
-void runtime::reserve(const qp_capacity& capacity) {
-    auto grow = [](completion_queue& cq, int& in_use, std::uint32_t more) {
-        in_use += static_cast<int>(more);
-        if (in_use > cq.entries())
-            cq.resize(std::max(in_use, cq.entries() * 2));
-    };
-    grow(*send_cq, send_entries_in_use, capacity.max_send_wr);
-    grow(*recv_cq, recv_entries_in_use, capacity.max_recv_wr);
+void runtime::release(const cq_room& room) noexcept {
+    send_cqs->give_back(room.send_cq, room.send_entries);
+    recv_cqs->give_back(room.recv_cq, room.recv_entries);
 }
 
-void runtime::release(const qp_capacity& capacity) noexcept {
-    send_entries_in_use -= static_cast<int>(capacity.max_send_wr);
-    recv_entries_in_use -= static_cast<int>(capacity.max_recv_wr);
+std::shared_ptr<completion_queue> runtime::reserve_receives(std::uint32_t entries) {
+    return recv_cqs->take(static_cast<int>(entries));
 }
 
-void runtime::reserve_receives(std::uint32_t entries) { reserve(qp_capacity{.max_send_wr = 0, .max_recv_wr = entries}); }
-
-void runtime::release_receives(std::uint32_t entries) noexcept {
-    release_from_any_thread(qp_capacity{.max_send_wr = 0, .max_recv_wr = entries});
+void runtime::release_receives(const completion_queue* cq, std::uint32_t entries) noexcept {
+    release_from_any_thread(cq_room{.recv_cq = cq, .recv_entries = static_cast<int>(entries)});
 }
 
-void runtime::release_from_any_thread(const qp_capacity& room) noexcept {
+void runtime::release_from_any_thread(const cq_room& room) noexcept {
     if (event_listener->running_in_this_thread()) {
         release(room);
         return;
@@ -70,12 +62,22 @@ std::shared_ptr<queue_pair> runtime::create_qp(const qp_capacity& requested, std
         capacity.max_recv_wr = 0;
         capacity.max_recv_sge = 0;
     }
-    reserve(capacity);
+    cq_room room{.send_entries = static_cast<int>(capacity.max_send_wr)};
+    auto send_cq = send_cqs->take(room.send_entries);
+    room.send_cq = send_cq.get();
+    std::shared_ptr<completion_queue> recv_cq;
     std::shared_ptr<queue_pair> qp;
     try {
+        if (srq) {
+            recv_cq = srq->receive_cq;
+        } else {
+            room.recv_entries = static_cast<int>(capacity.max_recv_wr);
+            recv_cq = recv_cqs->take(room.recv_entries);
+            room.recv_cq = recv_cq.get();
+        }
         qp = queue_pair::create(pd, send_cq, recv_cq, capacity, srq ? srq->srq() : nullptr);
     } catch (...) {
-        release(capacity);
+        release(room);
         throw;
     }
     // The QP may be destroyed on any thread; the room goes back on the
@@ -83,11 +85,11 @@ std::shared_ptr<queue_pair> runtime::create_qp(const qp_capacity& requested, std
     // after the QP that receives through it.
     std::weak_ptr<runtime> owner = weak_from_this();
     auto* raw = qp.get();
-    return std::shared_ptr<queue_pair>(raw, [qp = std::move(qp), owner, capacity, srq](queue_pair*) mutable {
+    return std::shared_ptr<queue_pair>(raw, [qp = std::move(qp), owner, room, srq](queue_pair*) mutable {
         qp.reset();
         srq.reset();
         if (auto rt = owner.lock())
-            rt->release_from_any_thread(capacity);
+            rt->release_from_any_thread(room);
     });
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 /// What connections made from one builder (or one listener) share: the
-/// device, the event listener, a protection domain, a memory pool and a pair
-/// of completion queues that grows as connections are added.
+/// device, the event listener, a protection domain, a memory pool and the
+/// completion queues, pooled (cq_pool.hpp) so they grow as connections are
+/// added, past what one CQ of the device holds.
 
 #include <atomic>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <cordma/local_mr.hpp>
 #include <cordma/protection_domain.hpp>
 #include <cordma/queue_pair.hpp>
+#include "connect/cq_pool.hpp"
 
 namespace cordma::detail {
 
@@ -21,11 +23,10 @@ struct runtime : std::enable_shared_from_this<runtime> {
     std::shared_ptr<cordma::event_listener> event_listener;
     std::shared_ptr<protection_domain> pd;
     std::shared_ptr<memory_pool> pool;
-    std::shared_ptr<completion_queue> send_cq;
-    std::shared_ptr<completion_queue> recv_cq;
-    // Work requests all live QPs on the shared CQs may have outstanding.
-    int send_entries_in_use = 0;
-    int recv_entries_in_use = 0;
+    /// The shared CQs, and the work requests the live QPs on them may
+    /// have outstanding (event listener thread).
+    std::unique_ptr<cq_pool> send_cqs;
+    std::unique_ptr<cq_pool> recv_cqs;
     /// The TCP endpoint exchange's io_context thread (connect/tcp/),
     /// started by the first TCP connect or listen; stopped and joined when
     /// the runtime goes.
@@ -34,28 +35,35 @@ struct runtime : std::enable_shared_from_this<runtime> {
     /// (agent_limits::max_peer_total_bytes, max_peer_regions).
     std::shared_ptr<class agent_ledger> ledger;
 
-    /// Event listener thread. An RC QP on the shared PD and CQs, which grow first
-    /// to make room for it (a CQ that can overflow loses completions); the
-    /// room is given back when the QP is destroyed.
-    /// With `srq`, the QP receives through that shared receive queue (it
-    /// has no receive queue of its own, and keeps the SRQ alive).
+    /// Event listener thread. An RC QP on the shared PD and on CQs with room
+    /// for it (a CQ that can overflow loses completions); the room is given
+    /// back when the QP is destroyed. With `srq`, the QP receives through
+    /// that shared receive queue, on the CQ where the SRQ's receives have
+    /// their room (it has no receive queue of its own, and keeps the SRQ
+    /// alive).
     std::shared_ptr<queue_pair> create_qp(const qp_capacity& capacity,
                                           std::shared_ptr<shared_receive_state> srq = nullptr);
 
-    /// Event listener thread. Room on the receive CQ for `entries` more
+    /// Event listener thread. A receive CQ with room for `entries` more
     /// receives (an SRQ's), and giving it back (any thread).
-    void reserve_receives(std::uint32_t entries);
-    void release_receives(std::uint32_t entries) noexcept;
+    std::shared_ptr<completion_queue> reserve_receives(std::uint32_t entries);
+    void release_receives(const completion_queue* cq, std::uint32_t entries) noexcept;
 
     /// Throws (naming builder::shared_receives and `when`) unless `srq` is
     /// alive and on this runtime's protection domain.
     void check_shared_receives(const shared_receive_state& srq, const char* when) const;
 
 private:
-    void reserve(const qp_capacity& capacity);
-    void release(const qp_capacity& capacity) noexcept;
+    /// Room taken on a send and a receive CQ, given back when a QP goes.
+    struct cq_room {
+        const completion_queue* send_cq = nullptr;
+        int send_entries = 0;
+        const completion_queue* recv_cq = nullptr;
+        int recv_entries = 0;
+    };
+    void release(const cq_room& room) noexcept;
     /// release(), on the event listener thread (posted there from others).
-    void release_from_any_thread(const qp_capacity& capacity) noexcept;
+    void release_from_any_thread(const cq_room& room) noexcept;
 };
 
 /// The device, event listener, PD, pool and CQs `settings` ask for.

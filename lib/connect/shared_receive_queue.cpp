@@ -22,13 +22,13 @@ constexpr std::chrono::nanoseconds no_timeout{-1};
 shared_receive_queue::shared_receive_queue(builder& b, std::size_t count, std::size_t buffer_size) {
     auto rt = b.runtime();
     auto state = std::make_shared<detail::shared_receive_state>(rt->event_listener, rt->pd, count, buffer_size);
-    // Every receive may complete on the builder's receive CQ, through any
-    // attached QP: room for all of them, given back when the SRQ goes.
+    // Every receive may complete through any attached QP, whose receive CQ
+    // is this one: room for all of them, given back when the SRQ goes.
     auto open = [&rt, &state, count] {
-        rt->reserve_receives(static_cast<std::uint32_t>(count));
-        state->on_destroyed = [weak = std::weak_ptr<detail::runtime>(rt), count] {
+        state->receive_cq = rt->reserve_receives(static_cast<std::uint32_t>(count));
+        state->on_destroyed = [weak = std::weak_ptr<detail::runtime>(rt), cq = state->receive_cq.get(), count] {
             if (auto alive = weak.lock())
-                alive->release_receives(static_cast<std::uint32_t>(count));
+                alive->release_receives(cq, static_cast<std::uint32_t>(count));
         };
         state->open();
     };

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <cordma/completion_queue.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/shared_receive_queue.hpp>
 #include "engine/message_queue_state.hpp"
@@ -69,6 +70,9 @@ public:
 
     void release(work_slot* slot) noexcept override;
 
+    /// The CQ the receives complete on, whichever attached QP takes them
+    /// (each has room for all of them there), set when the queue is opened.
+    std::shared_ptr<completion_queue> receive_cq;
     /// Runs when the state goes (any thread): gives back the CQ room.
     std::function<void()> on_destroyed;
 
