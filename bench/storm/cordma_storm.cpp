@@ -10,6 +10,8 @@
 //                 control QP, the agent's hello exchanged
 //          rpc    an rpc::client per connection, each making one call (a
 //                 64-byte echo, checked) once connected
+//   --depth D     send and receive queue depth of each connection (default:
+//                 the builder's, 128 each), to see what a deep QP costs
 //   --timeout S   bound on the whole run (default 120): a process that is
 //                 still waiting then says so and exits 1
 //
@@ -56,12 +58,13 @@ struct options {
     long connections = 100;
     kind what = kind::plain;
     long timeout_s = 120;
+    long depth = 0;  // 0: the builder's default
 };
 
 void usage(std::FILE* to) {
     std::fprintf(to,
                  "usage: cordma_storm serve|connect ADDR:PORT --connections N [--kind plain|agent|rpc] "
-                 "[--timeout S]\n");
+                 "[--depth D] [--timeout S]\n");
 }
 
 builder builder_for(const options& o) {
@@ -69,6 +72,8 @@ builder builder_for(const options& o) {
     b.agent(o.what == kind::agent);
     b.connect_timeout(std::chrono::seconds(o.timeout_s));
     b.backlog(static_cast<std::size_t>(std::max(256L, o.connections)));
+    if (o.depth != 0)
+        b.send_queue_depth(static_cast<std::uint32_t>(o.depth)).recv_queue_depth(static_cast<std::uint32_t>(o.depth));
     return b;
 }
 
@@ -200,9 +205,9 @@ task<int> connect_all(const options& o, builder b) {
         return sorted.empty() ? 0.0 : sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(q * sorted.size()))];
     };
     const char* kinds[] = {"plain", "agent", "rpc"};
-    std::printf("{\"kind\": \"%s\", \"connections\": %ld, \"connected\": %zu, \"failed\": %zu, \"wall_ms\": %.2f, "
+    std::printf("{\"kind\": \"%s\", \"depth\": %ld, \"connections\": %ld, \"connected\": %zu, \"failed\": %zu, \"wall_ms\": %.2f, "
                 "\"per_s\": %.1f, \"p50_ms\": %.2f, \"p99_ms\": %.2f, \"max_ms\": %.2f, \"close_ms\": %.2f}\n",
-                kinds[static_cast<int>(o.what)], o.connections, sorted.size(), s.failed, wall_ms,
+                kinds[static_cast<int>(o.what)], o.depth, o.connections, sorted.size(), s.failed, wall_ms,
                 static_cast<double>(sorted.size()) / (wall_ms / 1000.0), at(0.5), at(0.99),
                 sorted.empty() ? 0.0 : sorted.back(), close_ms);
     if (s.failed != 0)
@@ -224,6 +229,8 @@ options parse(int argc, char** argv) {
     while (r.next()) {
         if (r.name() == "--connections")
             o.connections = cordma_bench::parse_number("--connections", r.value(), 1, 65535);
+        else if (r.name() == "--depth")
+            o.depth = cordma_bench::parse_number("--depth", r.value(), 1, 16384);
         else if (r.name() == "--timeout")
             o.timeout_s = cordma_bench::parse_number("--timeout", r.value(), 1, 86400);
         else if (r.name() == "--kind") {
