@@ -20,6 +20,7 @@ connection_parts parts_for(const runtime& rt, const connection_settings& setting
     parts.event_listener = rt.event_listener;
     parts.data = std::move(data);
     parts.peer = std::move(peer);
+    parts.results_pool = rt.results_pool;
     parts.watcher = std::move(watcher);
     parts.shared_receives = settings.shared_receives;
     if (with_agent) {
@@ -32,7 +33,8 @@ connection_parts parts_for(const runtime& rt, const connection_settings& setting
 }
 
 connection assemble(connection_parts parts) {
-    auto state = std::make_shared<connection_state>(parts.event_listener, std::move(parts.data), parts.peer);
+    auto state = std::make_shared<connection_state>(parts.event_listener, std::move(parts.data), parts.peer,
+                                                    parts.results_pool);
     if (parts.watcher)
         state->set_transport(std::move(parts.watcher));
     if (parts.agent_pool)
@@ -50,7 +52,8 @@ connection assemble(connection_parts parts) {
 void attach_control(const connection& conn, std::shared_ptr<queue_pair> control,
                     std::shared_ptr<transport> watcher) {
     const auto& state = connection_access::state(conn);
-    auto channel = std::make_shared<connection_state>(state->event_listener(), std::move(control), state->peer() + " (agent)");
+    auto channel = std::make_shared<connection_state>(state->event_listener(), std::move(control),
+                                                      state->peer() + " (agent)", state->results_pool());
     if (watcher)
         channel->set_transport(std::move(watcher));
     agent_of(*state)->attach(connection_access::make(std::move(channel)), state);

@@ -30,6 +30,9 @@ struct connection_parts {
     std::shared_ptr<cordma::event_listener> event_listener;
     std::shared_ptr<queue_pair> data;
     std::string peer;
+    /// Where the connection's atomic result slots come from (runtime::
+    /// results_pool).
+    std::shared_ptr<memory_pool> results_pool;
     /// What carried the set-up and watches the peer (null for loopback).
     std::shared_ptr<transport> watcher;
     /// The pool the agent serves requests from; null: no agent

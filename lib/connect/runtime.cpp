@@ -19,6 +19,7 @@ std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
     rt->pool = memory_pool::create(rt->pd, access_flags::all, settings.pool_chunk_size);
     if (settings.pool_initial_size != 0)
         rt->pool->reserve(settings.pool_initial_size);
+    rt->results_pool = memory_pool::create(rt->pd, access_flags::local_write, 64 << 10);
     rt->ledger = std::make_shared<agent_ledger>();
     rt->send_cqs = std::make_unique<cq_pool>(rt->event_listener, settings.cq_size, "send");
     rt->recv_cqs = std::make_unique<cq_pool>(rt->event_listener, settings.cq_size, "receive");

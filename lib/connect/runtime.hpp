@@ -23,6 +23,10 @@ struct runtime : std::enable_shared_from_this<runtime> {
     std::shared_ptr<cordma::event_listener> event_listener;
     std::shared_ptr<protection_domain> pd;
     std::shared_ptr<memory_pool> pool;
+    /// Registered for local writes only: every connection's atomic result
+    /// slots, so a connection costs no registration of its own (and no
+    /// peer's key ever reaches them).
+    std::shared_ptr<memory_pool> results_pool;
     /// The shared CQs, and the work requests the live QPs on them may
     /// have outstanding (event listener thread).
     std::unique_ptr<cq_pool> send_cqs;

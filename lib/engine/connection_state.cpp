@@ -23,15 +23,28 @@ constexpr std::uint32_t rxe_vendor_id = 0xffffff;
 }  // namespace
 
 connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<queue_pair> qp,
-                                   std::string peer)
+                                   std::string peer, const std::shared_ptr<memory_pool>& results_pool)
     : event_listener_(std::move(el)), qp_(std::move(qp)), peer_(std::move(peer)),
       send_slots_(qp_->capacity().max_send_wr), recv_slots_(qp_->capacity().max_recv_wr),
-      atomic_results_(send_slots_.size()) {
+      results_pool_(results_pool) {
     check_atomic_results_ = event_listener_->device()->attributes().vendor_id == rxe_vendor_id;
-    atomic_results_mr_ = memory_region::register_memory(qp_->pd(), atomic_results_.data(),
-                                                        atomic_results_.size() * sizeof(std::uint64_t),
-                                                        access_flags::local_write);
-    auto init = [this](std::vector<work_slot>& slots, bool receive) {
+    // A registration per connection costs a storm of them an ibv_reg_mr and
+    // an ibv_dereg_mr each: the builder's pool registers once for many.
+    std::uint32_t results_lkey = 0;
+    if (results_pool && !send_slots_.empty()) {
+        atomic_results_block_ = results_pool->allocate(send_slots_.size() * sizeof(std::uint64_t),
+                                                       alignof(std::uint64_t));
+        atomic_results_ = reinterpret_cast<std::uint64_t*>(atomic_results_block_.data());
+        results_lkey = atomic_results_block_.lkey();
+    } else {
+        own_atomic_results_.resize(send_slots_.size());
+        atomic_results_ = own_atomic_results_.data();
+        atomic_results_mr_ = memory_region::register_memory(qp_->pd(), own_atomic_results_.data(),
+                                                            own_atomic_results_.size() * sizeof(std::uint64_t),
+                                                            access_flags::local_write);
+        results_lkey = atomic_results_mr_.lkey();
+    }
+    auto init = [this, results_lkey](std::vector<work_slot>& slots, bool receive) {
         work_slot* head = nullptr;
         for (std::size_t i = slots.size(); i-- > 0;) {
             work_slot& slot = slots[i];
@@ -41,7 +54,7 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, s
             slot.next_free = head;
             if (!receive) {
                 slot.atomic_result = &atomic_results_[i];
-                slot.atomic_lkey = atomic_results_mr_.lkey();
+                slot.atomic_lkey = results_lkey;
                 slot.wr.wr_id = slot.as_wr_id();
                 slot.wr.sg_list = slot.sges.data();
             }

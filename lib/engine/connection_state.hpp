@@ -14,6 +14,7 @@
 
 #include <cordma/connection.hpp>
 #include <cordma/event_listener.hpp>
+#include <cordma/local_mr.hpp>
 #include <cordma/memory_region.hpp>
 #include <cordma/queue_pair.hpp>
 #include <cordma/task.hpp>
@@ -37,8 +38,11 @@ public:
 
 class connection_state : public std::enable_shared_from_this<connection_state> {
 public:
+    /// `results_pool`: registered memory (local writes only) for the atomic
+    /// result slots, one registration shared by many connections; null (an
+    /// adopted QP): the connection registers its own.
     connection_state(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<queue_pair> qp,
-                     std::string peer);
+                     std::string peer, const std::shared_ptr<memory_pool>& results_pool = nullptr);
     ~connection_state();
     connection_state(const connection_state&) = delete;
     connection_state& operator=(const connection_state&) = delete;
@@ -47,6 +51,9 @@ public:
     const std::shared_ptr<queue_pair>& qp() const noexcept { return qp_; }
     const std::string& peer() const noexcept { return peer_; }
     bool broken() const noexcept { return broken_; }
+    /// Where its atomic result slots came from (null: registered alone); a
+    /// companion QP of the same connection (the agent's) takes its own there.
+    const std::shared_ptr<memory_pool>& results_pool() const noexcept { return results_pool_; }
 
     /// Event listener thread. Posts `op`, or queues it for a credit. Returns false
     /// if it finished at once (failed before posting): the caller resumes it.
@@ -185,7 +192,12 @@ private:
     std::vector<work_slot> recv_slots_;
     work_slot* free_send_ = nullptr;
     work_slot* free_recv_ = nullptr;
-    std::vector<std::uint64_t> atomic_results_;
+    // One atomic result slot per send slot: in atomic_results_block_ (from
+    // the builder's pool) or own_atomic_results_ (registered alone).
+    std::uint64_t* atomic_results_ = nullptr;
+    std::shared_ptr<memory_pool> results_pool_;
+    local_mr atomic_results_block_;
+    std::vector<std::uint64_t> own_atomic_results_;
     /// What an atomic's result slot holds until the device writes the old value.
     static constexpr std::uint64_t atomic_poison = 0xa70a1c5e'5105e0f1;
     // rxe (Soft-RoCE) can complete an atomic successfully without writing
