@@ -12,11 +12,13 @@
 #include <random>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include <cordma/builder.hpp>
+#include <cordma/pending.hpp>
 #include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
@@ -376,6 +378,47 @@ TEST_CASE("64 streams to one server at once, each echoed intact", "[stream]") {
     int intact = 0;
     for (int r : results)
         intact += r;
+    CHECK(intact == count);
+}
+
+TEST_CASE("64 streams connect at once, and a slow accept() then serves every one", "[stream]") {
+    // The server calls accept() only after every client has started to
+    // connect, and then one at a time, 10 ms apart, as a server whose accept
+    // loop is busy: no client may be refused or time out for it.
+    builder b = test_builder();
+    builder clients = test_builder();
+    clients.connect_timeout(90s);  // 64 handshakes at once in an emulated VM, maybe under load
+    test::deadline limit(150s);
+    stream_listener l = stream::serve(b, any_port());
+    constexpr int count = 64;
+    constexpr std::size_t message = 16;
+    auto client = [](builder b, std::string address, int id) -> task<int> {
+        co_await b.event_listener()->schedule();  // every connect starts at once, on its event listener
+        stream s = co_await stream::connect(b, address);
+        std::vector<std::byte> out(message), in(message);
+        fill_from(out, static_cast<std::uint64_t>(id) * 7919);
+        co_await s.write(out);
+        co_await s.read_exactly(in);
+        co_await s.close();
+        co_return in == out ? 1 : 0;
+    };
+    std::vector<pending<int>> running;
+    for (int i = 0; i < count; ++i)
+        running.push_back(start(client(clients, l.address(), i)));
+    int echoed = 0;
+    for (int i = 0; i < count; ++i) {
+        std::this_thread::sleep_for(10ms);  // a slow accept() loop
+        stream s = sync_wait(l.accept(limit.token()));
+        std::vector<std::byte> buffer(message);
+        sync_wait(s.read_exactly(buffer));
+        sync_wait(s.write(buffer));
+        sync_wait(s.close());
+        ++echoed;
+    }
+    CHECK(echoed == count);
+    int intact = 0;
+    for (auto& r : running)
+        intact += sync_wait(r.wait());
     CHECK(intact == count);
 }
 
