@@ -4,15 +4,20 @@
 // listener has its own suite.
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
 #include <numeric>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include <cordma/completion_queue.hpp>
+#include <cordma/device_counters.hpp>
 #include <cordma/memory_region.hpp>
 #include <cordma/queue_pair.hpp>
 
@@ -168,4 +173,81 @@ TEST_CASE("verbs failures name the call and its arguments", "[verbs]") {
             CHECK_THAT(e.what(), Catch::StartsWith("ibv_reg_mr(length=64, access=remote_write): "));
         }
     }
+}
+
+TEST_CASE("the device's own counters count real traffic", "[verbs][device_counters]") {
+    loopback_pair pair;
+    const std::uint8_t port = pair.device->first_active_port();
+    device_counters before = read_device_counters(*pair.device, port);
+    CHECK(before.device == pair.device->name());
+    CHECK(before.port == port);
+    REQUIRE(before.hw_counters.size() + before.port_counters.size() > 0);
+
+    constexpr int sends = 50;
+    std::vector<unsigned char> out = pattern(1000, 3), in(1000 * sends, 0);
+    auto mr_out = memory_region::register_memory(pair.pd, out.data(), out.size(), access_flags::local_write);
+    auto mr_in = memory_region::register_memory(pair.pd, in.data(), in.size(), access_flags::local_write);
+    for (int i = 0; i < sends; ++i) {
+        ibv_sge sge{reinterpret_cast<std::uint64_t>(in.data() + 1000 * i), 1000, mr_in.lkey()};
+        ibv_recv_wr recv{};
+        recv.sg_list = &sge;
+        recv.num_sge = 1;
+        pair.b->post_recv(recv);
+    }
+    for (int i = 0; i < sends; ++i) {
+        ibv_sge sge{reinterpret_cast<std::uint64_t>(out.data()), 1000, mr_out.lkey()};
+        ibv_send_wr send{};
+        send.sg_list = &sge;
+        send.num_sge = 1;
+        send.opcode = IBV_WR_SEND;
+        send.send_flags = IBV_SEND_SIGNALED;
+        pair.a->post_send(send);
+        REQUIRE(wait_for_completion(*pair.cq_a).status == IBV_WC_SUCCESS);
+        REQUIRE(wait_for_completion(*pair.cq_b).status == IBV_WC_SUCCESS);
+    }
+    // rxe counts packets in hw_counters (sent_pkts, rcvd_pkts); devices
+    // with IB port counters in port_xmit_packets and port_rcv_packets. The
+    // kernel refreshes hw_counters at most every `lifespan` ms (10 by
+    // default), so a reading right after the traffic may still be the old
+    // one: read until the packets show, for at most 5 s.
+    auto sent = [](const device_counters& d) { return d["sent_pkts"] + d["port_xmit_packets"]; };
+    device_counters delta = read_device_counters(*pair.device, port).since(before);
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+         sent(delta) < sends && std::chrono::steady_clock::now() < until;)
+        delta = read_device_counters(*pair.device, port).since(before);  // polling the kernel's counters
+    INFO("sent_pkts " << delta["sent_pkts"] << ", port_xmit_packets " << delta["port_xmit_packets"]);
+    CHECK(delta["sent_pkts"] + delta["port_xmit_packets"] >= sends);
+    CHECK(delta["rcvd_pkts"] + delta["port_rcv_packets"] >= sends);
+}
+
+TEST_CASE("device counters are read as the kernel lays them out, and a missing port is named", "[device_counters]") {
+    namespace fs = std::filesystem;
+    fs::path root = fs::temp_directory_path() / ("cordma-counters-" + std::to_string(::getpid()));
+    fs::create_directories(root / "dev0/ports/1/hw_counters");
+    fs::create_directories(root / "dev0/ports/1/counters");
+    auto put = [](const fs::path& file, const char* text) { std::ofstream(file) << text; };
+    put(root / "dev0/ports/1/hw_counters/retry_exceeded_err", "3\n");
+    put(root / "dev0/ports/1/hw_counters/lifespan", "10\n");     // a setting, not a counter
+    put(root / "dev0/ports/1/hw_counters/garbled", "n/a\n");     // not a number: left out
+    put(root / "dev0/ports/1/counters/port_xmit_packets", "1000\n");
+    device_counters earlier = read_device_counters("dev0", 1, root);
+    put(root / "dev0/ports/1/counters/port_xmit_packets", "1250\n");
+    device_counters now = read_device_counters("dev0", 1, root);
+    CHECK(now["retry_exceeded_err"] == 3);
+    CHECK(now["port_xmit_packets"] == 1250);
+    CHECK(now.hw_counters.count("lifespan") == 0);
+    CHECK(now.hw_counters.count("garbled") == 0);
+    CHECK(now["no_such_counter"] == 0);
+    device_counters delta = now.since(earlier);
+    CHECK(delta["port_xmit_packets"] == 250);
+    CHECK(delta["retry_exceeded_err"] == 0);
+
+    try {
+        (void)read_device_counters("dev0", 2, root);
+        FAIL("port 2 has no counters, and reading them did not throw");
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == std::errc::no_such_file_or_directory);
+        CHECK_THAT(e.what(), Catch::Contains("dev0, port 2") && Catch::Contains((root / "dev0/ports/2").string()));
+    }
+    fs::remove_all(root);
 }

@@ -14,6 +14,7 @@
 #include <cordma/completion_queue.hpp>
 #include <cordma/connection.hpp>
 #include <cordma/device.hpp>
+#include <cordma/device_counters.hpp>
 #include <cordma/error.hpp>
 #include <cordma/event_listener.hpp>
 #include <cordma/group.hpp>
