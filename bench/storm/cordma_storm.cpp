@@ -21,7 +21,9 @@
 // once (coroutines on one event listener), waits for all (and, for rpc,
 // their calls), then closes them all; it prints one JSON line: the
 // storm's wall time, connections per second, each connection's own time
-// (p50, p99, max) and the close time.
+// (p50, p99, max), the close time, and what the device counted meanwhile
+// (its port's hw_counters: packets, RNR NAKs, retries, sequence errors;
+// client and server on one device count together).
 
 #include <algorithm>
 #include <atomic>
@@ -37,6 +39,8 @@
 
 #include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
+#include <cordma/device.hpp>
+#include <cordma/device_counters.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/rpc.hpp>
 #include <cordma/sync_wait.hpp>
@@ -179,9 +183,20 @@ task<void> one_rpc(builder b, const std::string& address, storm* s) {
     }
 }
 
+/// The device's counters now (empty if it has none readable).
+device_counters counters_of(builder& b) {
+    const auto& device = *b.event_listener()->device();
+    try {
+        return read_device_counters(device, device.first_active_port());
+    } catch (const std::exception&) {
+        return {};
+    }
+}
+
 task<int> connect_all(const options& o, builder b) {
     storm s;
     s.ms.reserve(static_cast<std::size_t>(o.connections));
+    device_counters before = counters_of(b);
     co_await b.event_listener()->schedule();  // every connect starts on the event listener
     auto t0 = clock_type::now();
     task_group storm_of;
@@ -198,6 +213,7 @@ task<int> connect_all(const options& o, builder b) {
         closing.spawn(c.close());
     co_await closing.join();
     double close_ms = ms_since(t1);
+    device_counters seen = counters_of(b).since(before);
 
     std::vector<double> sorted = s.ms;
     std::sort(sorted.begin(), sorted.end());
@@ -206,10 +222,19 @@ task<int> connect_all(const options& o, builder b) {
     };
     const char* kinds[] = {"plain", "agent", "rpc"};
     std::printf("{\"kind\": \"%s\", \"depth\": %ld, \"connections\": %ld, \"connected\": %zu, \"failed\": %zu, \"wall_ms\": %.2f, "
-                "\"per_s\": %.1f, \"p50_ms\": %.2f, \"p99_ms\": %.2f, \"max_ms\": %.2f, \"close_ms\": %.2f}\n",
+                "\"per_s\": %.1f, \"p50_ms\": %.2f, \"p99_ms\": %.2f, \"max_ms\": %.2f, \"close_ms\": %.2f, "
+                "\"device\": {\"sent_pkts\": %llu, \"send_rnr_err\": %llu, \"rcvd_rnr_err\": %llu, "
+                "\"completer_retry_err\": %llu, \"retry_exceeded_err\": %llu, \"rcvd_seq_err\": %llu, "
+                "\"duplicate_request\": %llu}}\n",
                 kinds[static_cast<int>(o.what)], o.depth, o.connections, sorted.size(), s.failed, wall_ms,
                 static_cast<double>(sorted.size()) / (wall_ms / 1000.0), at(0.5), at(0.99),
-                sorted.empty() ? 0.0 : sorted.back(), close_ms);
+                sorted.empty() ? 0.0 : sorted.back(), close_ms,
+                static_cast<unsigned long long>(seen["sent_pkts"]), static_cast<unsigned long long>(seen["send_rnr_err"]),
+                static_cast<unsigned long long>(seen["rcvd_rnr_err"]),
+                static_cast<unsigned long long>(seen["completer_retry_err"]),
+                static_cast<unsigned long long>(seen["retry_exceeded_err"]),
+                static_cast<unsigned long long>(seen["rcvd_seq_err"]),
+                static_cast<unsigned long long>(seen["duplicate_request"]));
     if (s.failed != 0)
         std::fprintf(stderr, "cordma_storm connect: %zu of %ld failed; the first: %s\n", s.failed, o.connections,
                      s.first_error.c_str());

@@ -103,6 +103,19 @@ def report(raw, meta, out):
         c, p, a, r = med("cmtime", n), med("plain", n), med("agent", n), med("rpc", n)
         lines.append(f"| {n} | {fmt(c)} | {fmt(p)} | {ratio(p, c)} | {fmt(a)} | {ratio(a, c)} | {fmt(r)} | "
                      f"{fmt(med('plain', n, 'p50_ms'), 1)} / {fmt(med('plain', n, 'max_ms'), 1)} |")
+    lines += ["", "What rxe counted during cordma's storms (the port's hw_counters, client and server together; "
+              "medians): packets sent, RNR NAKs sent, completer retries, retries exceeded, sequence errors.", "",
+              "| N | kind | packets | RNR NAKs | retries | retries exceeded | sequence errors |",
+              "|---:|---|---:|---:|---:|---:|---:|"]
+    for n in info["connections"]:
+        for kind in ("plain", "agent", "rpc"):
+            dev = [r["result"]["device"] for r in ok if r["impl"] == kind and r["connections"] == n
+                   and "device" in r["result"]]
+            if not dev:
+                continue
+            m = lambda k: fmt(statistics.median(d.get(k, 0) for d in dev))
+            lines.append(f"| {n} | {kind} | {m('sent_pkts')} | {m('send_rnr_err')} | {m('completer_retry_err')} | "
+                         f"{m('retry_exceeded_err')} | {m('rcvd_seq_err')} |")
     if failed:
         lines += ["", f"{len(failed)} measurement(s) failed (in {out.split('/')[-1]}.json):"]
         lines += [f"- round {r['round']} {r['impl']} x{r['connections']}: status {r['rc']}" for r in failed]
