@@ -12,6 +12,9 @@
 #include <random>
 #include <string>
 #include <system_error>
+#include <condition_variable>
+#include <mutex>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -323,6 +326,45 @@ TEST_CASE("a peer process killed mid-stream fails the reader promptly", "[stream
     }
     CHECK(write_failed);
     sync_wait(s.close());
+}
+
+TEST_CASE("a writer stopped for 3 s (SIGSTOP) is a slow live peer, not a dead one: its stream goes on intact",
+          "[stream]") {
+    // A starved process is not a dead host: its device keeps acknowledging
+    // (the RC retry limit, ~0.5 s, never runs), and the stream's keepalive
+    // gives a silent peer 10 s. The reader waits in read() all the while.
+    builder b = test_builder();
+    stream_listener l = stream::serve(b, any_port());
+    test::peer_process writer({"stream", l.address()});
+    test::deadline limit(120s);
+    stream s = sync_wait(l.accept(limit.token()));
+    std::vector<std::byte> buffer(1 << 20);
+    auto read_up_to = [&](std::uint64_t total, std::uint64_t got) {
+        while (got < total) {
+            std::size_t n = sync_wait(s.read(buffer));
+            REQUIRE(n > 0);
+            REQUIRE(std::all_of(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(n),
+                                [](std::byte x) { return x == std::byte{7}; }));
+            got += n;
+        }
+        return got;
+    };
+    std::uint64_t got = read_up_to(4u << 20, 0);
+    writer.stop();
+    auto stopped = std::chrono::steady_clock::now();
+    // Continued from another thread 3 s from now: the starvation itself is
+    // the scenario, so here time passing is what is waited for.
+    std::jthread waker([&writer](std::stop_token done) {
+        std::mutex m;
+        std::condition_variable_any cv;
+        std::unique_lock lock(m);
+        cv.wait_for(lock, done, 3s, [] { return false; });
+        writer.resume();
+    });
+    got = read_up_to(got + (8u << 20), got);
+    auto took = std::chrono::steady_clock::now() - stopped;
+    CHECK(took >= 3s);  // the last bytes came after the writer was continued
+    writer.kill_now();
 }
 
 TEST_CASE("64 streams to one server at once, each echoed intact", "[stream]") {

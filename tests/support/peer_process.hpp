@@ -29,6 +29,8 @@ struct peer_process {
         REQUIRE(waitpid(pid, &status, WUNTRACED) == pid);
         REQUIRE(WIFSTOPPED(status));
     }
+    /// Continues a stopped process (SIGCONT).
+    void resume() { REQUIRE(kill(pid, SIGCONT) == 0); }
     /// Runs the program named by the environment variable `program`
     /// (tests/meson.build sets CORDMA_TEST_PEER and CORDMA_TEST_GROUP_PEER).
     explicit peer_process(std::vector<std::string> args, const char* program = "CORDMA_TEST_PEER") {
