@@ -21,7 +21,7 @@ class device_context;
 /// (the IB counters `port_xmit_data` and `port_rcv_data` count 4-byte
 /// words, as the IB spec says; the rest count events or packets).
 struct CORDMA_API device_counters {
-    /// The device ("rxe0") and port (1-based) they were read from.
+    /// The device ("rxe0") they were read from.
     std::string device;
     /// The port they were read from (1-based).
     std::uint8_t port = 0;

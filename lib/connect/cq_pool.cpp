@@ -53,11 +53,4 @@ void cq_pool::give_back(const completion_queue* cq, int entries) noexcept {
     }
 }
 
-int cq_pool::in_use() const noexcept {
-    int total = 0;
-    for (const share& s : shares_)
-        total += s.in_use;
-    return total;
-}
-
 }  // namespace cordma::detail

@@ -28,10 +28,6 @@ public:
     /// Gives back room taken from `cq` (no-op for 0 entries).
     void give_back(const completion_queue* cq, int entries) noexcept;
 
-    /// How many CQs the pool has now, and the entries taken on them.
-    std::size_t cqs() const noexcept { return shares_.size(); }
-    int in_use() const noexcept;
-
 private:
     struct share {
         std::shared_ptr<completion_queue> cq;

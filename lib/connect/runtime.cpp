@@ -72,9 +72,9 @@ std::shared_ptr<queue_pair> runtime::create_qp(const qp_capacity& requested, std
         if (srq) {
             recv_cq = srq->receive_cq;
         } else {
-            room.recv_entries = static_cast<int>(capacity.max_recv_wr);
-            recv_cq = recv_cqs->take(room.recv_entries);
+            recv_cq = recv_cqs->take(static_cast<int>(capacity.max_recv_wr));
             room.recv_cq = recv_cq.get();
+            room.recv_entries = static_cast<int>(capacity.max_recv_wr);
         }
         qp = queue_pair::create(pd, send_cq, recv_cq, capacity, srq ? srq->srq() : nullptr);
     } catch (...) {
