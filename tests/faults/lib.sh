@@ -47,26 +47,3 @@ finish() {
   if [ "$rc" -eq 0 ]; then say "$name: ok"; else say "$name: FAILED (exit $rc)"; failures=$((failures + 1)); fi
 }
 
-# watch_link DEV: in the background, until the script ends, says once (with
-# the device's counters) if DEV's transmissions stop for 3 s while packets
-# wait in its queue: the emulated NIC, not cordma, stalled, and a failure
-# after it is the harness's. watch_link_stop ends it.
-watch_link() {
-  ( last=-1 same=0
-    while :; do
-      tx=$(cat "/sys/class/net/$1/statistics/tx_packets")
-      queued=$(tc -s qdisc show dev "$1" | sed -n 's/.*backlog [0-9]*b \([0-9]*\)p.*/\1/p' | head -n 1)
-      if [ "$tx" = "$last" ] && [ "${queued:-0}" -gt 0 ]; then same=$((same + 1)); else same=0; fi
-      last=$tx
-      if [ "$same" -ge 6 ]; then
-        say "LINK STALL: $1 sent nothing for 3 s with ${queued} packets queued (tx_packets $tx); the emulated NIC stopped, not cordma"
-        say "  qdisc: $(tc -s qdisc show dev "$1" | tr '\n' ' ')"
-        say "  interrupts: $(grep -i virtio /proc/interrupts | tr -s ' ' | tr '\n' ';')"
-        say "  kernel: $(dmesg | tail -n 5 | tr '\n' ';')"
-        exit 0
-      fi
-      sleep 0.5   # sampling the device's counters
-    done ) &
-  watch_pid=$!
-}
-watch_link_stop() { kill "$watch_pid" 2>/dev/null || true; }

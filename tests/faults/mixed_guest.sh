@@ -11,7 +11,6 @@ logs=$(mktemp -d "$BUILD/faults-mixed.XXXXXX")
 if [ -n "${NETEM:-}" ]; then
   tc qdisc add dev eth0 root netem $NETEM || die "tc qdisc add dev eth0 root netem $NETEM"
   say "eth0: $(tc qdisc show dev eth0)"
-  watch_link eth0
 fi
 ranks=10.78.0.1:7600,10.78.0.2:7600
 if [ "$RXE_VM_HOST" = 1 ]; then
@@ -35,7 +34,7 @@ else
   finish "fault_peer traffic" $flt; finish "stream_peer connect" $strm; finish "rpc_client" $rpc; finish "collectives rank 1" $coll
 fi
 for f in "$logs"/*; do sed "s/^/  $(basename "$f"): /" "$f" | tail -n 25; done
-[ -z "${NETEM:-}" ] || { watch_link_stop; say "eth0 after: $(tc -s qdisc show dev eth0 | tr '\n' ' ')"; }
+[ -z "${NETEM:-}" ] || { say "eth0 after: $(tc -s qdisc show dev eth0 | tr '\n' ' ')"; }
 rm -rf "$logs"
 [ "$failures" -eq 0 ] || die "$failures process(es) failed"
 say "all passed"
