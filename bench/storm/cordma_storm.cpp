@@ -12,12 +12,21 @@
 //                 64-byte echo, checked) once connected
 //   --depth D     send and receive queue depth of each connection (default:
 //                 the builder's, 128 each), to see what a deep QP costs
+//   --calls K     rpc: calls each client makes once connected (default 1)
+//   --exchange E  cm (rdma_cm, default) or tcp (the TCP endpoint exchange)
+//   --ack-timeout C  builder::timeout(C): the QPs' ACK timeout code (4.096 us
+//                 x 2^C per try; default the builder's, 14)
+//   --check-qps   fail unless every queue pair is sound: the client's all
+//                 in RTS once connected (and called), and on both sides
+//                 none of this process's left in the error state once every
+//                 connection has closed (`rdma resource show qp`)
 //   --timeout S   bound on the whole run (default 120): a process that is
 //                 still waiting then says so and exits 1
 //
 // The server listens with a backlog of at least N (so a storm is never
 // refused, only served), prints "listening on IP:PORT", takes N clients
-// and exits once every one has closed. The client starts N connects at
+// (from any number of client processes and hosts) and exits once every
+// one has closed. The client starts N connects at
 // once (coroutines on one event listener), waits for all (and, for rpc,
 // their calls), then closes them all; it prints one JSON line: the
 // storm's wall time, connections per second, each connection's own time
@@ -36,6 +45,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
 
 #include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
@@ -63,12 +76,16 @@ struct options {
     kind what = kind::plain;
     long timeout_s = 120;
     long depth = 0;  // 0: the builder's default
+    long calls = 1;  // rpc: calls per client
+    bool tcp = false;
+    bool check_qps = false;
+    long ack_timeout = 0;  // 0: the builder's default
 };
 
 void usage(std::FILE* to) {
     std::fprintf(to,
                  "usage: cordma_storm serve|connect ADDR:PORT --connections N [--kind plain|agent|rpc] "
-                 "[--depth D] [--timeout S]\n");
+                 "[--depth D] [--calls K] [--exchange cm|tcp] [--ack-timeout C] [--check-qps] [--timeout S]\n");
 }
 
 builder builder_for(const options& o) {
@@ -76,6 +93,10 @@ builder builder_for(const options& o) {
     b.agent(o.what == kind::agent);
     b.connect_timeout(std::chrono::seconds(o.timeout_s));
     b.backlog(static_cast<std::size_t>(std::max(256L, o.connections)));
+    if (o.tcp)
+        b.exchange(endpoint_exchange::tcp);
+    if (o.ack_timeout != 0)
+        b.timeout(static_cast<std::uint8_t>(o.ack_timeout));
     if (o.depth != 0)
         b.send_queue_depth(static_cast<std::uint32_t>(o.depth)).recv_queue_depth(static_cast<std::uint32_t>(o.depth));
     return b;
@@ -105,6 +126,34 @@ private:
     std::jthread thread_;
 };
 
+// ---- queue pair checks ------------------------------------------------------
+
+/// This process's queue pairs in the error state, as the kernel lists them
+/// (`rdma resource show qp`), or -1 with a message if it cannot be asked.
+long qps_in_error() {
+    std::FILE* p = ::popen("rdma resource show qp 2>&1", "r");
+    if (p == nullptr) {
+        std::fprintf(stderr, "cordma_storm: cannot run `rdma resource show qp`\n");
+        return -1;
+    }
+    std::string mine = " pid " + std::to_string(::getpid()) + " ";
+    long errors = 0;
+    char line[1024];
+    while (std::fgets(line, sizeof line, p) != nullptr) {
+        std::string l = line;
+        if (l.find(mine) != std::string::npos && l.find(" state ERR ") != std::string::npos)
+            ++errors;
+    }
+    return ::pclose(p) == 0 ? errors : -1;
+}
+
+/// Whether `c`'s queue pair is ready to send (ibv_query_qp).
+bool in_rts(const connection& c) {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    return ibv_query_qp(c.qp()->native_handle(), &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_RTS;
+}
+
 // ---- serve -----------------------------------------------------------------
 
 /// Holds one accepted connection until its client closes it.
@@ -128,14 +177,15 @@ task<void> serve_plain(const options& o, builder b) {
     co_await held.join();
 }
 
-void serve_rpc(const options& o, builder b) {
+int serve_rpc(const options& o, builder b) {
     std::size_t n = static_cast<std::size_t>(o.connections);
+    std::size_t total = n * static_cast<std::size_t>(o.calls);
     rpc::server server(b, {.receives = std::max<std::size_t>(512, 4 * n), .credits = 4});
     std::atomic<std::size_t> calls{0};
     std::stop_source stop;
     server.handle(1, "echo", [&](rpc::request r) -> task<std::vector<std::byte>> {
         std::vector<std::byte> out(r.bytes().begin(), r.bytes().end());
-        if (++calls == n)
+        if (++calls == total)
             stop.request_stop();  // every client has called: stop taking more
         co_return out;
     });
@@ -143,12 +193,24 @@ void serve_rpc(const options& o, builder b) {
     std::printf("listening on %s\n", l.address().c_str());
     std::fflush(stdout);
     sync_wait(server.serve(l, stop.get_token()));
+    if (!o.check_qps)
+        return 0;
+    // Every call is answered; the clients close once theirs are. Waiting for
+    // that (the watchdog bounds it), then nothing may be left in error.
+    while (server.clients() != 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the server's count
+    long errors = qps_in_error();
+    std::printf("queue pairs in the error state after every client closed: %ld\n", errors);
+    return errors == 0 ? 0 : 1;
 }
 
 // ---- connect ---------------------------------------------------------------
 
 struct storm {
+    long calls = 1;          // rpc: calls each client makes
     std::vector<double> ms;  // each connection's own time, in finishing order
+    std::vector<double> connect_ms;  // rpc: the connect's part of it
+    std::vector<double> first_call_ms;  // rpc: the first call's own time
     std::vector<connection> connections;
     std::vector<rpc::client> clients;
     std::string first_error;
@@ -171,10 +233,16 @@ task<void> one_rpc(builder b, const std::string& address, storm* s) {
     auto t0 = clock_type::now();
     try {
         rpc::client c = co_await rpc::client::connect(b, address);
-        std::vector<std::byte> request(64, std::byte{0x6b});
-        std::vector<std::byte> response = co_await c.call(1, request);
-        if (response != request)
-            throw std::runtime_error("the echo came back different");
+        s->connect_ms.push_back(ms_since(t0));
+        for (long i = 0; i < s->calls; ++i) {
+            std::vector<std::byte> request(64, static_cast<std::byte>(0x6b + i));
+            auto tc = clock_type::now();
+            std::vector<std::byte> response = co_await c.call(1, request);
+            if (i == 0)
+                s->first_call_ms.push_back(ms_since(tc));
+            if (response != request)
+                throw std::runtime_error("call " + std::to_string(i) + "'s echo came back different");
+        }
         s->ms.push_back(ms_since(t0));
         s->clients.push_back(std::move(c));
     } catch (const std::exception& e) {
@@ -195,6 +263,7 @@ device_counters counters_of(builder& b) {
 
 task<int> connect_all(const options& o, builder b) {
     storm s;
+    s.calls = o.calls;
     s.ms.reserve(static_cast<std::size_t>(o.connections));
     device_counters before = counters_of(b);
     co_await b.event_listener()->schedule();  // every connect starts on the event listener
@@ -204,6 +273,13 @@ task<int> connect_all(const options& o, builder b) {
         storm_of.spawn(o.what == kind::rpc ? one_rpc(b, o.address, &s) : one_plain(b, o.address, &s));
     co_await storm_of.join();
     double wall_ms = ms_since(t0);
+    std::size_t unready = 0;
+    if (o.check_qps) {
+        for (const auto& c : s.connections)
+            unready += in_rts(c) ? 0 : 1;
+        for (const auto& c : s.clients)
+            unready += in_rts(c.connection()) ? 0 : 1;
+    }
 
     auto t1 = clock_type::now();
     task_group closing;
@@ -221,6 +297,13 @@ task<int> connect_all(const options& o, builder b) {
         return sorted.empty() ? 0.0 : sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(q * sorted.size()))];
     };
     const char* kinds[] = {"plain", "agent", "rpc"};
+    if (!s.connect_ms.empty()) {
+        std::sort(s.connect_ms.begin(), s.connect_ms.end());
+        std::sort(s.first_call_ms.begin(), s.first_call_ms.end());
+        std::printf("rpc connect alone: p50 %.2f ms, max %.2f ms; first call alone: min %.2f p50 %.2f max %.2f ms\n",
+                    s.connect_ms[s.connect_ms.size() / 2], s.connect_ms.back(), s.first_call_ms.front(),
+                    s.first_call_ms[s.first_call_ms.size() / 2], s.first_call_ms.back());
+    }
     std::printf("{\"kind\": \"%s\", \"depth\": %ld, \"connections\": %ld, \"connected\": %zu, \"failed\": %zu, \"wall_ms\": %.2f, "
                 "\"per_s\": %.1f, \"p50_ms\": %.2f, \"p99_ms\": %.2f, \"max_ms\": %.2f, \"close_ms\": %.2f, "
                 "\"device\": {\"sent_pkts\": %llu, \"send_rnr_err\": %llu, \"rcvd_rnr_err\": %llu, "
@@ -238,7 +321,13 @@ task<int> connect_all(const options& o, builder b) {
     if (s.failed != 0)
         std::fprintf(stderr, "cordma_storm connect: %zu of %ld failed; the first: %s\n", s.failed, o.connections,
                      s.first_error.c_str());
-    co_return s.failed == 0 ? 0 : 1;
+    long errors = 0;
+    if (o.check_qps) {
+        errors = qps_in_error();
+        std::printf("queue pairs not in RTS once connected: %zu; in the error state after closing: %ld\n", unready,
+                    errors);
+    }
+    co_return s.failed == 0 && unready == 0 && errors == 0 ? 0 : 1;
 }
 
 options parse(int argc, char** argv) {
@@ -256,7 +345,18 @@ options parse(int argc, char** argv) {
             o.connections = cordma_bench::parse_number("--connections", r.value(), 1, 65535);
         else if (r.name() == "--depth")
             o.depth = cordma_bench::parse_number("--depth", r.value(), 1, 16384);
-        else if (r.name() == "--timeout")
+        else if (r.name() == "--calls")
+            o.calls = cordma_bench::parse_number("--calls", r.value(), 1, 1000000);
+        else if (r.name() == "--ack-timeout")
+            o.ack_timeout = cordma_bench::parse_number("--ack-timeout", r.value(), 1, 31);
+        else if (r.name() == "--check-qps")
+            o.check_qps = true;
+        else if (r.name() == "--exchange") {
+            std::string_view e = r.value();
+            if (e != "cm" && e != "tcp")
+                throw cordma_bench::usage_error("--exchange is cm or tcp, not '" + std::string(e) + "'");
+            o.tcp = e == "tcp";
+        } else if (r.name() == "--timeout")
             o.timeout_s = cordma_bench::parse_number("--timeout", r.value(), 1, 86400);
         else if (r.name() == "--kind") {
             std::string_view k = r.value();
@@ -290,10 +390,18 @@ int main(int argc, char** argv) {
         builder b = builder_for(o);
         if (!o.serving)
             return sync_wait(connect_all(o, b));
-        if (o.what == kind::rpc)
-            serve_rpc(o, b);
-        else
-            sync_wait(serve_plain(o, b));
+        if (o.what == kind::rpc) {
+            if (serve_rpc(o, b) != 0)
+                return 1;
+        } else {
+            sync_wait(serve_plain(o, b));  // returns once every client has closed
+            if (o.check_qps) {
+                long errors = qps_in_error();
+                std::printf("queue pairs in the error state after every client closed: %ld\n", errors);
+                if (errors != 0)
+                    return 1;
+            }
+        }
         std::printf("served %ld connections\n", o.connections);
         return 0;
     } catch (const std::exception& e) {

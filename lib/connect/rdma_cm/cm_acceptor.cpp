@@ -48,10 +48,6 @@ cm_acceptor::cm_acceptor(std::shared_ptr<runtime> rt, connection_settings settin
                                             rt_->event_listener->device()->name() + "; set builder::device");
             qp_options(settings_, *rt_->event_listener->device(), rdma_get_local_addr(id_), id_->port_num, qp_role::data);
         }
-        // The kernel's backlog counts connect requests this process has not
-        // read yet; they are read at once, and held against
-        // settings_.backlog here.
-        check_minus_one(rdma_listen(id_, 1024), [&] { return "rdma_listen(" + wanted + ", backlog=1024)"; });
     } catch (...) {
         rdma_destroy_id(id_);
         throw;
@@ -72,7 +68,15 @@ std::shared_ptr<cm_acceptor> cm_acceptor::make(std::shared_ptr<runtime> rt, conn
                                                const socket_address& where) {
     auto el = rt->event_listener;
     auto self = owned_by_event_listener_thread(std::move(el), new cm_acceptor(std::move(rt), std::move(settings), where));
+    // Before the first connect request can come: handshakes are started
+    // through it (schedule_starts), and one that came before it was set
+    // would wait forever.
     self->self_ = self;
+    // The kernel's backlog counts connect requests this process has not
+    // read yet; they are read at once, and held against settings.backlog
+    // here.
+    check_minus_one(rdma_listen(self->id_, 1024),
+                    [&] { return "rdma_listen(" + where.to_string() + ", backlog=1024)"; });
     return self;
 }
 
@@ -228,7 +232,12 @@ void cm_acceptor::accept_control(rdma_cm_id* id, const cm_hello& hello) noexcept
 
 task<connection> cm_acceptor::accept(std::stop_token token) {
     std::shared_ptr<cm_acceptor> self = self_.lock();  // alive across the suspensions
-    co_await rt_->event_listener->schedule();
+    // Only to get onto the event listener: a server accepting in a loop
+    // there (rpc, stream) takes every connection already waiting at once,
+    // not one per turn of the loop, which in a storm of connect requests
+    // left connections waiting seconds for their accept().
+    if (!rt_->event_listener->running_in_this_thread())
+        co_await rt_->event_listener->schedule();
     std::optional<connection> conn = co_await ready_->pop(token, "accept", address_);
     if (!conn)
         throw disconnected_error("accept", address_, "the listener is closed");
@@ -236,29 +245,53 @@ task<connection> cm_acceptor::accept(std::stop_token token) {
 }
 
 void cm_acceptor::admit(connect_request request) noexcept {
-    if (handshakes_ >= max_handshakes) {
-        waiting_.push_back(std::move(request));
-        return;
-    }
-    ++handshakes_;
-    // Each client's handshake runs on its own: one that stalls (it never
-    // answers the accept) holds up nobody else for its connect_timeout.
     try {
-        spawn_detached(handshake(self_.lock(), std::move(request)), [](std::exception_ptr) {});
+        waiting_.push_back(std::move(request));
     } catch (...) {
-        // No memory for the coroutine: the request went with it, unanswered;
-        // the client's connect times out.
-        handshake_ended();
+        return reject(request.id);  // no memory to hold it
     }
+    schedule_starts();
+}
+
+void cm_acceptor::schedule_starts() noexcept {
+    if (start_asked_ || waiting_.empty() || handshakes_ >= max_handshakes || ready_->closed())
+        return;
+    try {
+        std::weak_ptr<cm_acceptor> weak = self_;
+        rt_->event_listener->post([weak] {
+            if (auto self = weak.lock())
+                self->start_waiting();
+        });
+        start_asked_ = true;
+    } catch (...) {
+        // No memory to post: the next request or handshake's end asks again.
+    }
+}
+
+void cm_acceptor::start_waiting() noexcept {
+    start_asked_ = false;
+    for (std::size_t n = 0; n < handshakes_per_turn && handshakes_ < max_handshakes && !waiting_.empty() &&
+                            !ready_->closed();
+         ++n) {
+        connect_request next = std::move(waiting_.front());
+        waiting_.pop_front();
+        ++handshakes_;
+        // Each client's handshake runs on its own: one that stalls (it never
+        // answers the accept) holds up nobody else for its connect_timeout.
+        try {
+            spawn_detached(handshake(self_.lock(), std::move(next)), [](std::exception_ptr) {});
+        } catch (...) {
+            // No memory for the coroutine: the request went with it,
+            // unanswered; the client's connect times out.
+            --handshakes_;
+        }
+    }
+    schedule_starts();
 }
 
 void cm_acceptor::handshake_ended() noexcept {
     --handshakes_;
-    if (!waiting_.empty() && !ready_->closed()) {
-        connect_request next = std::move(waiting_.front());
-        waiting_.pop_front();
-        admit(std::move(next));
-    }
+    schedule_starts();
 }
 
 // The first parameter keeps the acceptor alive until the handshake ends.

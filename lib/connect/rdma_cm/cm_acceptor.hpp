@@ -63,9 +63,14 @@ private:
     /// A control request that came before its connection's handshake had
     /// ended here: refused once connect_timeout has passed without it.
     void expire_early_control(std::uint64_t token) noexcept;
-    /// Starts the client's handshake now, or queues it while
-    /// max_handshakes are under way.
+    /// Queues the client's handshake; start_waiting() starts it.
     void admit(connect_request request) noexcept;
+    /// Asks for a start_waiting() pass on the next turn of the event
+    /// listener, if one could start a handshake and none is asked for.
+    void schedule_starts() noexcept;
+    /// Starts waiting handshakes, oldest first, while fewer than
+    /// max_handshakes are under way: at most handshakes_per_turn of them.
+    void start_waiting() noexcept;
     /// The server's half of a client's handshake, bounded by
     /// connect_timeout; its connection then queues for accept(), and the
     /// next waiting client's handshake starts.
@@ -80,6 +85,12 @@ private:
     /// Handshakes under way at once, at most (each holds a QP and a
     /// coroutine frame until its client answers or connect_timeout ends it).
     static constexpr std::size_t max_handshakes = 64;
+    /// Handshakes started per turn of the event listener, at most. Starting
+    /// one creates a QP and answers the request (milliseconds in the
+    /// kernel); the events that complete handshakes (cheap) are read first,
+    /// all of them, so a storm of new requests neither delays a connected
+    /// client's first call nor holds back everyone's completions.
+    static constexpr std::size_t handshakes_per_turn = 4;
 
     std::shared_ptr<runtime> rt_;
     connection_settings settings_;
@@ -87,9 +98,10 @@ private:
     std::string address_;
     // Connected clients, for accept().
     std::shared_ptr<waiter_queue<connection>> ready_;
-    // Clients that came while max_handshakes were under way, oldest first.
+    // Clients whose handshake has not started, oldest first.
     std::deque<connect_request> waiting_;
     std::size_t handshakes_ = 0;
+    bool start_asked_ = false;  // a start_waiting() pass is posted
     // Clients refused since the backlog last had room (logged once per
     // stretch, not once per client of a storm).
     std::size_t refused_full_ = 0;

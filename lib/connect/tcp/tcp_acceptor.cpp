@@ -60,7 +60,9 @@ tcp_acceptor::~tcp_acceptor() { shut(); }
 task<connection> tcp_acceptor::accept(std::stop_token token) {
     // Keeps us alive across the suspensions.
     std::shared_ptr<tcp_acceptor> self = shared_from_this();
-    co_await rt_->event_listener->schedule();
+    // Only to get onto the event listener (see cm_acceptor::accept).
+    if (!rt_->event_listener->running_in_this_thread())
+        co_await rt_->event_listener->schedule();
     std::optional<std::shared_ptr<accepted_client>> client = co_await clients_->pop(token, "accept", address_);
     if (!client)
         throw disconnected_error("accept", address_, "the listener is closed");
