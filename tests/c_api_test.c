@@ -1230,6 +1230,83 @@ static void test_tcp_small_window(void) {
     destroy_pair(&p);
 }
 
+/* A burst of clients against a slow cordma_accept: 64 contexts connect at
+   once, each on its own thread, while the server accepts one every 10 ms;
+   the listener completes their handshakes meanwhile (its backlog), so
+   every one is served: its message comes back, every byte checked. */
+enum { BURST = 64 };
+
+typedef struct burst_client {
+    int port;
+    unsigned index;
+    int ok; /* 1: connected, sent, and its echo came back intact */
+    char msg[512];
+} burst_client;
+
+static void *burst_main(void *p) {
+    burst_client *b = p;
+    cordma_config c = test_config(false);
+    cordma_context *ctx = cordma_create(&c);
+    if (!ctx) {
+        snprintf(b->msg, sizeof b->msg, "cordma_create: %s", cordma_last_error());
+        return NULL;
+    }
+    uint8_t out[200], in[264];
+    fill(out, sizeof out, 300 + b->index);
+    int peer = cordma_connect(ctx, test_addr, b->port);
+    ssize_t got = -1;
+    if (peer >= 0 && cordma_send(ctx, peer, out, sizeof out) == 0)
+        got = cordma_recv(ctx, peer, in, sizeof in);
+    if (got == (ssize_t)sizeof out && memcmp(in, out, sizeof out) == 0)
+        b->ok = 1;
+    else
+        snprintf(b->msg, sizeof b->msg, "peer %d, echo of %zd bytes: %s", peer, got,
+                 got < 0 ? cordma_last_error() : "bytes differ");
+    cordma_destroy(ctx);
+    return NULL;
+}
+
+static void test_slow_accept_burst(void) {
+    cordma_config l = test_config(true);
+    cordma_context *server = create_or_die(&l);
+    burst_client clients[BURST];
+    pthread_t threads[BURST];
+    for (unsigned i = 0; i < BURST; ++i) {
+        clients[i] = (burst_client){.port = cordma_local_port(server), .index = i};
+        REQUIRE(pthread_create(&threads[i], NULL, burst_main, &clients[i]) == 0);
+    }
+    int accepted = 0;
+    for (int i = 0; i < BURST; ++i) {
+        pause_ms(10); /* a slow server: the clients all connect meanwhile */
+        int peer = cordma_accept(server);
+        CHECK(peer == i);
+        if (peer < 0) {
+            fprintf(stderr, "  cordma_accept %d of %d: %s\n", i + 1, BURST, cordma_last_error());
+            break;
+        }
+        ++accepted;
+    }
+    /* Each client's message back to it (its number is the server's peer
+       number in accept order, not the client's index: the echo says). */
+    for (int peer = 0; peer < accepted; ++peer) {
+        uint8_t buf[264];
+        ssize_t n = cordma_recv(server, peer, buf, sizeof buf);
+        CHECK(n == 200);
+        if (n > 0)
+            CHECK(cordma_send(server, peer, buf, (size_t)n) == 0);
+    }
+    int served = 0;
+    for (unsigned i = 0; i < BURST; ++i) {
+        pthread_join(threads[i], NULL);
+        if (clients[i].ok)
+            ++served;
+        else
+            fprintf(stderr, "  burst client %u: %s\n", i, clients[i].msg);
+    }
+    CHECK(served == BURST);
+    cordma_destroy(server);
+}
+
 /* Connecting where nothing listens, and to a listener with another
    buffer_size. */
 static void test_connect_errors(void) {
@@ -1595,6 +1672,7 @@ int main(int argc, char **argv) {
         {"mismatch", test_mismatch},
         {"timeouts", test_timeouts},
         {"tcp, small window", test_tcp_small_window},
+        {"slow accept, burst of 64", test_slow_accept_burst},
         {"connect errors", test_connect_errors},
         {"blocked sends", test_blocked_sends},
         {"destroy busy", test_destroy_busy},

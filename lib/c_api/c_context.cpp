@@ -2,6 +2,7 @@
 // accept and disconnect (with the C hello that sizes each link), the
 // accessors, and the deadline and keepalives every call runs under.
 #include "c_api/c_context.hpp"
+#include "c_api/c_arrivals.hpp"
 #include "link/link_hello.hpp"
 #include "log/logf.hpp"
 
@@ -118,7 +119,8 @@ void schedule_tick(cordma_context* ctx, std::shared_ptr<call_state> st) {
 /// receives inline up to its own buffer_size and sends inline up to the
 /// peer's.
 task<std::shared_ptr<peer_state>> open_peer(cordma_context* ctx, cordma::connection conn, std::string address,
-                                            std::stop_token token, bool accepting) {
+                                            std::stop_token token, bool accepting,
+                                            std::optional<receive_queue> posted = std::nullopt) {
     int index;
     {
         std::lock_guard lock(ctx->peers_mutex);
@@ -128,7 +130,9 @@ task<std::shared_ptr<peer_state>> open_peer(cordma_context* ctx, cordma::connect
     peer->conn = conn;
     auto pool = ctx->builder.pool();
     link_terms mine{static_cast<std::uint32_t>(ctx->config.window), ctx->config.buffer_size};
-    receive_queue queue(conn, peer_link::receive_count(mine.window), peer_link::frame_size(mine.inline_size), pool);
+    receive_queue queue = posted ? std::move(*posted)
+                                 : receive_queue(conn, peer_link::receive_count(mine.window),
+                                                 peer_link::frame_size(mine.inline_size), pool);
     link_terms theirs;
     try {
         theirs = co_await exchange_hello(conn, &queue, pool, c_api_hello_mark, mine,
@@ -168,13 +172,16 @@ task<int> connect_task(cordma_context* ctx, std::string address) {
 task<int> accept_task(cordma_context* ctx) {
     for (;;) {
         std::stop_token token = call_token(*ctx);
-        cordma::connection c = co_await ctx->incoming->accept(token);
+        std::optional<arrival> a = co_await ctx->arrivals->take(token);
+        if (!a)
+            throw c_failure(EINVAL, "the context's listener is closed");
+        cordma::connection c = a->conn;
         std::string who = c.peer();
         std::exception_ptr error;
         bool cancelled = false;
         int index = -1;
         try {
-            std::shared_ptr<peer_state> p = co_await open_peer(ctx, c, who, token, true);
+            std::shared_ptr<peer_state> p = co_await open_peer(ctx, c, who, token, true, std::move(a->queue));
             index = p->index;
         } catch (const operation_cancelled&) {
             cancelled = true;
@@ -224,6 +231,8 @@ task<int> destroy_task(cordma_context* ctx) {
             co_await close_peer(p, token);
     if (ctx->incoming)
         ctx->incoming->close();
+    if (ctx->arrivals)
+        ctx->arrivals->close();
     co_return 0;
 }
 
@@ -393,6 +402,9 @@ cordma_context* cordma_create(const cordma_config* config) {
             std::string host = ctx->address.empty() ? "0.0.0.0" : ctx->address;
             ctx->incoming = ctx->builder.listen(join_host_port(host, config->port));
             ctx->local_port = port_of(ctx->incoming->address());
+            ctx->arrivals = arrivals::start(ctx->listener_thread, *ctx->incoming, ctx->builder.pool(),
+                                            cordma::detail::peer_link::receive_count(static_cast<std::uint32_t>(config->window)),
+                                            cordma::detail::peer_link::frame_size(config->buffer_size));
         }
         return ctx.release();
     });

@@ -97,6 +97,8 @@ struct call_state {
     std::shared_ptr<event_listener::timer> tick;
 };
 
+class arrivals;
+
 }  // namespace cordma::detail::c_api
 
 struct cordma_context {
@@ -105,6 +107,8 @@ struct cordma_context {
     cordma::builder builder;
     std::shared_ptr<cordma::event_listener> listener_thread;
     std::optional<cordma::listener> incoming;
+    /// The listener's clients until cordma_accept, their receives posted.
+    std::shared_ptr<cordma::detail::c_api::arrivals> arrivals;
     int local_port = -1;
 
     /// One C call at a time (cordma.h, "Threads").
