@@ -10,6 +10,10 @@
 #               each, every echo checked
 #   agent_tcp5  256 connections with the agent (64 per host) over the TCP
 #               endpoint exchange
+#   busy2       two VMs: 16 connections with the agent at once, 20 times in
+#               a row, while a stream carries 256 MiB each way on the same
+#               link (tests/support/stream_peer, every byte checked): the
+#               race between a connection's two QPs under load (issue 32)
 # The clients start with the server: until it listens their connects are
 # refused and retried (builder::connect_timeout bounds it).
 set -euo pipefail
@@ -24,6 +28,17 @@ run() {  # PER_HOST OPTIONS...
   cmd+=" else $storm connect 10.78.0.1:7630 --connections $per --timeout 300 --check-qps $*; fi"
   "$src/tools/rxe-vm" -n 5 -t 400 -- sh -c "$cmd"
 }
+busy() {
+  local cmd="if [ \$RXE_VM_HOST = 1 ];"
+  cmd+=" then $build/tests/stream_peer serve 10.78.0.1:7610 $((256 << 20)) & load=\$!;"
+  cmd+=" $storm serve 10.78.0.1:7630 --connections 320 --kind agent --timeout 300 --check-qps || exit 1;"
+  cmd+=" else $build/tests/stream_peer connect 10.78.0.1:7610 $((256 << 20)) & load=\$!;"
+  cmd+=" t0=\$(date +%s); for round in \$(seq 20); do"
+  cmd+=" $storm connect 10.78.0.1:7630 --connections 16 --kind agent --timeout 120 --check-qps > /dev/null"
+  cmd+=" || { echo \"round \$round of 20 failed\"; exit 1; }; done; echo \"20 rounds of 16 connected in \$((\$(date +%s) - t0)) s, the stream running\";"
+  cmd+=" fi; wait \$load"
+  "$src/tools/rxe-vm" -n 2 -t 400 -- sh -c "$cmd"
+}
 case "$scenario" in
   # Five emulated VMs share two cores here, and rxe is the guest kernel's:
   # a VM off the CPU for half a second does not acknowledge, and RC's
@@ -32,5 +47,6 @@ case "$scenario" in
   # CPUs do; here each try waits 1 s (code 18), 7.5 s in all.
   rpc5)       run 250 --kind rpc --calls 10 --ack-timeout 18 ;;
   agent_tcp5) run 64 --kind agent --exchange tcp --ack-timeout 18 ;;
+  busy2)      busy ;;
   *) echo "storm_hosts.sh: unknown scenario '$scenario'" >&2; exit 2 ;;
 esac
