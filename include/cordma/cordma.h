@@ -173,12 +173,13 @@ CORDMA_C_API void cordma_destroy(cordma_context *ctx);
 CORDMA_C_API int cordma_connect(cordma_context *ctx, const char *host, int port);
 
 /** Waits for the next peer to connect (the context must listen) and
- *  returns its number, or -1 (EINVAL: not listening; ETIMEDOUT). Clients
- *  need not wait for it: the context takes their connections as they come
- *  and holds up to 64 (their receives posted), its listener 256 more;
- *  past those a client's cordma_connect is refused, saying the backlog is
- *  full, and retries until its connect_timeout_ms. Each cordma_accept takes
- *  the oldest. */
+ *  returns its number, or -1 (EINVAL: not listening; ETIMEDOUT). The
+ *  context takes clients' connections as they come, before any
+ *  cordma_accept, and holds up to 64 (their receives posted), its listener
+ *  256 more; past those a client is refused, saying the backlog is full,
+ *  and retries until its connect_timeout_ms. Each cordma_accept takes the
+ *  oldest and answers its hello: the client's cordma_connect returns then,
+ *  so it waits for that accept within its connect_timeout_ms. */
 CORDMA_C_API int cordma_accept(cordma_context *ctx);
 
 /** Closes the connection to `peer` (the peer's calls naming this context

@@ -225,14 +225,16 @@ task<int> destroy_task(cordma_context* ctx) {
         std::lock_guard lock(ctx->peers_mutex);
         peers = ctx->peers;
     }
-    std::stop_token token = call_token(*ctx);
-    for (auto& p : peers)
-        if (!p->disconnected)
-            co_await close_peer(p, token);
+    // No new client first: the background loop holds the listener open
+    // until both close.
     if (ctx->incoming)
         ctx->incoming->close();
     if (ctx->arrivals)
         ctx->arrivals->close();
+    std::stop_token token = call_token(*ctx);
+    for (auto& p : peers)
+        if (!p->disconnected)
+            co_await close_peer(p, token);
     co_return 0;
 }
 
@@ -418,6 +420,10 @@ void cordma_destroy(cordma_context* ctx) {
         // Bounded: frames still leaving get 5 s, then everything closes.
         return run_call(*ctx, destroy_task(ctx), "frames in flight to leave", 5000);
     });
+    // Whatever destroy_task got to: the listener closes (thread-safe), and
+    // with it the loop holding clients for cordma_accept.
+    if (ctx->incoming)
+        ctx->incoming->close();
     delete ctx;
 }
 
