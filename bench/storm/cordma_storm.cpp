@@ -219,7 +219,6 @@ int serve_rpc(const options& o, builder b) {
 // ---- connect ---------------------------------------------------------------
 
 struct storm {
-    long calls = 1;          // rpc: calls each client makes
     std::vector<double> ms;  // each connection's own time, in finishing order
     std::vector<double> connect_ms;  // rpc: the connect's part of it
     std::vector<double> first_call_ms;  // rpc: the first call's own time
@@ -241,12 +240,12 @@ task<void> one_plain(builder b, const std::string& address, storm* s) {
     }
 }
 
-task<void> one_rpc(builder b, const std::string& address, storm* s) {
+task<void> one_rpc(builder b, const std::string& address, long calls, storm* s) {
     auto t0 = clock_type::now();
     try {
         rpc::client c = co_await rpc::client::connect(b, address);
         s->connect_ms.push_back(ms_since(t0));
-        for (long i = 0; i < s->calls; ++i) {
+        for (long i = 0; i < calls; ++i) {
             std::vector<std::byte> request(64, static_cast<std::byte>(0x6b + i));
             auto tc = clock_type::now();
             std::vector<std::byte> response = co_await c.call(1, request);
@@ -275,14 +274,13 @@ device_counters counters_of(builder& b) {
 
 task<int> connect_all(const options& o, builder b) {
     storm s;
-    s.calls = o.calls;
     s.ms.reserve(static_cast<std::size_t>(o.connections));
     device_counters before = counters_of(b);
     co_await b.event_listener()->schedule();  // every connect starts on the event listener
     auto t0 = clock_type::now();
     task_group storm_of;
     for (long i = 0; i < o.connections; ++i)
-        storm_of.spawn(o.what == kind::rpc ? one_rpc(b, o.address, &s) : one_plain(b, o.address, &s));
+        storm_of.spawn(o.what == kind::rpc ? one_rpc(b, o.address, o.calls, &s) : one_plain(b, o.address, &s));
     co_await storm_of.join();
     double wall_ms = ms_since(t0);
     std::size_t unready = 0;

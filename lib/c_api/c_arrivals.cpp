@@ -52,6 +52,9 @@ task<void> arrivals::take_clients(std::shared_ptr<arrivals> self, cordma::listen
             self->room_->push(true);
         }
     }
+    // Nobody takes clients any more: the listener refuses them (already
+    // closed on the usual way here, cordma_destroy).
+    l.close();
     for (auto& a : self->ready_->close())
         a.conn.shut_down();
     self->room_->close();
