@@ -94,8 +94,18 @@ std::vector<std::byte> shape_request(std::size_t request_size, std::uint64_t req
     return r;
 }
 
+/// An error message of 1,500 characters, longer than a client's small
+/// receives, its end marked.
+std::string long_error() {
+    std::string text = "a long failure:";
+    for (int i = 0; text.size() < 1490; ++i)
+        text += " " + std::to_string(i);
+    return text + " (the end)";
+}
+
 /// The handlers every server here has: 1 echo, 2 shape, 3 slow (answers
-/// after the milliseconds in its request), 4 fails (throws).
+/// after the milliseconds in its request), 4 fails (throws), 5 fails with
+/// long_error().
 void add_handlers(rpc::server& server, std::shared_ptr<event_listener> listener) {
     server.handle(1, "echo", [](rpc::request r) -> task<std::vector<std::byte>> {
         co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
@@ -119,6 +129,10 @@ void add_handlers(rpc::server& server, std::shared_ptr<event_listener> listener)
     });
     server.handle(4, "fails", [](rpc::request) -> task<std::vector<std::byte>> {
         throw std::runtime_error("the disk is on fire");
+        co_return std::vector<std::byte>{};
+    });
+    server.handle(5, "fails at length", [](rpc::request) -> task<std::vector<std::byte>> {
+        throw std::runtime_error(long_error());
         co_return std::vector<std::byte>{};
     });
 }
@@ -530,6 +544,135 @@ TEST_CASE("credits bound a client's calls in flight; the rest wait in order", "[
     auto took = clock_type::now() - start;
     CHECK(ok == 6);
     CHECK(took >= 900ms);
+}
+
+/// `calls` echo calls of 64 B, `depth` at a time, each within `deadline`.
+task<void> echo_burst(rpc::client* c, int index, int calls, int depth, std::chrono::milliseconds deadline,
+                      std::atomic<int>* answered, std::atomic<int>* failed) {
+    auto lane = [](rpc::client* c, std::uint64_t seed, int n, std::chrono::milliseconds deadline,
+                   std::atomic<int>* answered, std::atomic<int>* failed) -> task<void> {
+        for (int k = 0; k < n; ++k) {
+            std::vector<std::byte> request = payload(seed + k, 64);
+            try {
+                std::vector<std::byte> r = co_await c->call(1, request, {.deadline = deadline});
+                if (r == request)
+                    ++*answered;
+            } catch (const rpc::rpc_error& e) {
+                ++*failed;
+                WARN("call failed: " << e.what());
+            }
+        }
+    };
+    task_group g;
+    for (int l = 0; l < depth; ++l)
+        g.spawn(lane(c, std::uint64_t(index) * 1'000'000 + std::uint64_t(l) * 10'000, calls / depth, deadline,
+                     answered, failed));
+    co_await g.join();
+}
+
+TEST_CASE("fair credits: an idle client's unused credits go to a newcomer; the SRQ never runs dry", "[rpc]") {
+    // 8 receives and 8 credits: the first client holds the whole budget.
+    // The second can only call once the server has asked the first for
+    // its unused credits and the first has given them back.
+    running_server s({.receives = 8, .credits = 8});
+    builder cb = test_builder();
+    cb.rnr_retry(0);  // a request finding no receive posted fails its call at once
+    rpc::client idle = sync_wait(rpc::client::connect(cb, s.address()));
+    {
+        std::atomic<int> answered{0}, failed{0};
+        sync_wait(echo_burst(&idle, 0, 16, 8, 10s, &answered, &failed));  // it has its credits, all 8 used
+        REQUIRE(answered == 16);
+    }
+    rpc::client newcomer = sync_wait(rpc::client::connect(cb, s.address()));
+    std::atomic<int> answered{0}, failed{0};
+    sync_wait(echo_burst(&newcomer, 1, 64, 8, 10s, &answered, &failed));
+    CHECK(failed == 0);
+    CHECK(answered == 64);
+    // Both at once, 8 calls of 200 ms each (their requests hold their
+    // receives meanwhile) on 8 receives: each holds its share (4), the
+    // rest wait in the client, and not one request finds the SRQ empty.
+    std::atomic<int> ok{0}, gone{0};
+    auto both = [&]() -> task<void> {
+        task_group g;
+        g.spawn(slow_calls(&idle, 8, 200, &ok, &gone));
+        g.spawn(slow_calls(&newcomer, 8, 200, &ok, &gone));
+        co_await g.join();
+    };
+    auto start = clock_type::now();
+    sync_wait(both());
+    CHECK(gone == 0);
+    CHECK(ok == 16);
+    CHECK(clock_type::now() - start >= 400ms);  // two rounds: 8 in flight at a time in all
+}
+
+TEST_CASE("elastic receives: an idle client pins a few KiB; they grow with 4 KiB responses and shrink when idle",
+          "[rpc]") {
+    running_server s;  // eager_size 4096, 16 credits: the client posts 34 receives
+    builder cb = test_builder();
+    auto pool = cb.pool();
+    std::size_t before = pool->bytes_in_use();
+    rpc::client c = sync_wait(rpc::client::connect(cb, s.address()));
+    CHECK(matches(c.call_sync(2, shape_request(0, 1, 16, 2)), 2));
+    // Measured once a call was made (its send buffer, kept for the next
+    // calls, comes from the pool too).
+    std::size_t small = pool->bytes_in_use() - before;
+    INFO("the client's receives and a send buffer: " << small << " bytes");
+    CHECK(small <= 16 * 1024);  // 34 x 256 B, the liveness word, a send buffer (141 KiB before)
+    // An error message longer than the small receives arrives whole (lent,
+    // as a large response is, and the server asks for room meanwhile).
+    try {
+        c.call_sync(5, {});
+        FAIL("no rpc_error was thrown");
+    } catch (const rpc::rpc_error& e) {
+        CHECK(e.code() == rpc::rpc_errc::handler_failed);
+        CHECK(std::string(e.what()).find(long_error()) != std::string::npos);
+    }
+    auto calls = [&](std::uint64_t first, int n) {
+        for (int i = 0; i < n; ++i) {
+            auto answer = c.call_sync(2, shape_request(0, first + i, 4096, first + i + 1000));
+            REQUIRE(answer.size() == 4096);
+            REQUIRE(matches(answer, first + i + 1000));
+        }
+    };
+    // 4 KiB responses: the first go by rendezvous while the server asks
+    // for room, the rest inline into grown receives.
+    calls(0, 100);
+    std::size_t grown = pool->bytes_in_use() - before;
+    INFO("grown: " << grown << " bytes");
+    CHECK(grown >= small + 34 * 4096);
+    // Idle: within a few seconds the server shrinks them and its pads cycle
+    // the big ones out, which go back to the pool.
+    // (The done frames' send buffer stays: up to 1 KiB more.)
+    auto until = clock_type::now() + 10s;
+    while (pool->bytes_in_use() - before > small + 1024 && clock_type::now() < until)
+        std::this_thread::sleep_for(50ms);  // polling the pool's count
+    CHECK(pool->bytes_in_use() - before <= small + 1024);
+    // And again: they grow back, every byte right.
+    calls(10'000, 50);
+    CHECK(pool->bytes_in_use() - before >= small + 34 * 4096);
+}
+
+TEST_CASE("fair credits: more clients than receives, all calling at once, every call answered", "[rpc]") {
+    // 4 receives for 10 clients with 4 calls each in flight: the credits
+    // go round. At rnr_retry 0 a single request finding the SRQ empty
+    // would fail its call (and its connection).
+    running_server s({.receives = 4, .credits = 4});
+    builder cb = test_builder();
+    cb.rnr_retry(0);
+    constexpr int clients = 10, calls = 24;
+    std::vector<rpc::client> cs;
+    for (int i = 0; i < clients; ++i)
+        cs.push_back(sync_wait(rpc::client::connect(cb, s.address())));
+    std::atomic<int> answered{0}, failed{0};
+    auto all = [&]() -> task<void> {
+        task_group g;
+        for (int i = 0; i < clients; ++i)
+            g.spawn(echo_burst(&cs[static_cast<std::size_t>(i)], i, calls, 4, 30s, &answered, &failed));
+        co_await g.join();
+    };
+    sync_wait(all());
+    CHECK(failed == 0);
+    CHECK(answered == clients * calls);
 }
 
 TEST_CASE("a client process killed mid-call: the server serves the others", "[rpc]") {

@@ -254,6 +254,87 @@ TEST_CASE("a reader that sleeps makes the writer wait, with no error and bounded
     CHECK(peak < (8u << 20));
 }
 
+TEST_CASE("an idle stream pins a few KiB; its receives grow with traffic and shrink once it is idle", "[stream]") {
+    builder server_b = test_builder();
+    builder client_b = test_builder();
+    stream_listener l = stream::serve(server_b, any_port());
+    auto in_use = [&] { return std::pair{server_b.pool()->bytes_in_use(), client_b.pool()->bytes_in_use()}; };
+    auto [server_before, client_before] = in_use();
+
+    // Connect, then read what each side holds per connection while idle.
+    auto pair = sync_wait(when_all(l.accept(), stream::connect(client_b, l.address())));
+    stream server_s = std::get<0>(pair), client_s = std::get<1>(pair);
+    auto [server_idle, client_idle] = in_use();
+    INFO("idle: server " << server_idle - server_before << " B, client " << client_idle - client_before << " B");
+    CHECK(server_idle - server_before <= 64 * 1024);
+    CHECK(client_idle - client_before <= 64 * 1024);
+
+    // 8 MiB in 64 KiB writes (copied, inline: 16 KiB frames), every byte
+    // checked; a thread samples both pools meanwhile.
+    auto transfer = [&](std::uint64_t total, unsigned seed) {
+        std::atomic<bool> done{false};
+        std::size_t server_peak = 0, client_peak = 0;
+        std::thread sampler([&] {
+            while (!done.load()) {
+                auto [s, c] = in_use();
+                server_peak = std::max(server_peak, s);
+                client_peak = std::max(client_peak, c);
+                std::this_thread::sleep_for(1ms);
+            }
+        });
+        auto reader = [](stream s, std::uint64_t total, std::uint64_t* wrong) -> task<std::uint64_t> {
+            std::vector<std::byte> buffer(1 << 20);
+            std::uint64_t at = 0;
+            while (at < total) {
+                std::size_t n = co_await s.read(std::span(buffer).first(std::min<std::uint64_t>(buffer.size(), total - at)));
+                REQUIRE(n > 0);
+                for (std::size_t k = 0; k < n; ++k)
+                    if (buffer[k] != expected_at(at + k))
+                        ++*wrong;
+                at += n;
+            }
+            co_return at;
+        };
+        auto writer = [](stream s, std::uint64_t total, unsigned seed) -> task<void> {
+            (void)seed;
+            std::vector<std::byte> block(64 * 1024);
+            for (std::uint64_t at = 0; at < total; at += block.size()) {
+                fill_from(block, at);
+                co_await s.write(block);
+            }
+        };
+        std::uint64_t wrong = 0;
+        auto [got, none] = sync_wait(when_all(reader(server_s, total, &wrong), writer(client_s, total, seed)));
+        (void)none;
+        done = true;
+        sampler.join();
+        CHECK(got == total);
+        CHECK(wrong == 0);
+        return std::pair{server_peak, client_peak};
+    };
+    auto [server_peak, client_peak] = transfer(8 << 20, 1);
+    // Grown: the reader's 36 receives of 16 KiB + 48 B, the writer's 20
+    // send slots of the same.
+    INFO("peak: server " << server_peak - server_before << " B, client " << client_peak - client_before << " B");
+    CHECK(server_peak - server_before >= 36 * (16384 + 48));
+    CHECK(client_peak - client_before >= 20 * (16384 + 48));
+
+    // Idle: within a few seconds both sides are back to what they held
+    // before the transfer (the writer shrinks after 1-2 s, its pads cycle
+    // the reader's big receives out).
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (in_use() != std::pair{server_idle, client_idle} && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(50ms);
+    auto [server_after, client_after] = in_use();
+    INFO("after idle: server " << server_after - server_before << " B, client " << client_after - client_before << " B");
+    CHECK(server_after == server_idle);
+    CHECK(client_after == client_idle);
+
+    // And it grows again for the next transfer.
+    transfer(1 << 20, 2);
+    sync_wait(when_all(server_s.close(), client_s.close()));
+}
+
 TEST_CASE("small writes made while the window is full go as one frame per batch", "[stream]") {
     builder b = test_builder();
     stream_listener l = stream::serve(b, any_port());

@@ -298,4 +298,26 @@ TEST_CASE("an rpc frame header round-trips, and decode names what is wrong with 
     rejected(frame_of(rts, 3), "header says 0 bytes of payload");
     rejected(frame_of(wire::header{wire::frame::request_rts, 0, 1, 1, 0, 4096, 7}, 0), "for 0 bytes");
     rejected(frame_of(wire::header{wire::frame::done, 0, 1, 0, 0, 4096, 7}, 0), "address or key");
+
+    // Elastic receives: a done may answer a grow (addr: the first big
+    // receive, size: the room, code: how many receives); no other frame
+    // but the rendezvous ones carries an address.
+    back = wire::decode(frame_of(wire::header{wire::frame::done, 0, 1, 34, 4096, 70, 0}, 0), why);
+    REQUIRE(back);
+    CHECK(back->addr == 70);
+    CHECK(back->size == 4096);
+    CHECK(back->code == 34);
+    for (auto type : {wire::frame::grow, wire::frame::shrink, wire::frame::pad}) {
+        back = wire::decode(frame_of(wire::header{type, 2, 0, 0, 0, 0, 0}, 0), why);
+        REQUIRE(back);
+        CHECK(back->type == type);
+        CHECK(back->credits == 2);
+        rejected(frame_of(wire::header{type, 0, 0, 0, 0, 64, 0}, 0), "address or key");
+        rejected(frame_of(wire::header{type, 0, 0, 0, 0, 0, 0}, 8), "header says 0 bytes of payload");
+    }
+    CHECK(std::string(wire::name(wire::frame::grow)) == "grow");
+    CHECK(std::string(wire::name(wire::frame::pad)) == "pad");
+    b = frame_of(request, 5);
+    b[3] = std::byte{12};
+    rejected(b, "unknown type 12");
 }

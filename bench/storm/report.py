@@ -96,19 +96,21 @@ def report(raw, meta, out):
              f"rxe0, client and server on one host), rdmacm-utils {info['rdmacm_utils']}; medians over the rounds. "
              "Connections per second: N over the time from the first connect started to the last connected "
              "(cmtime: the sum of its set-up steps).", "",
-             "| N | cmtime conn/s | cordma plain conn/s | plain / cmtime | cordma + agent conn/s | "
-             "agent / cmtime | rpc connect + call /s | plain p50 / max ms |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| N | cmtime conn/s | cordma plain conn/s | plain / cmtime | plain, depth 1 conn/s | "
+             "depth 1 / cmtime | cordma + agent conn/s | agent / cmtime | rpc connect + call /s | "
+             "plain p50 / max ms |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n in info["connections"]:
-        c, p, a, r = med("cmtime", n), med("plain", n), med("agent", n), med("rpc", n)
-        lines.append(f"| {n} | {fmt(c)} | {fmt(p)} | {ratio(p, c)} | {fmt(a)} | {ratio(a, c)} | {fmt(r)} | "
+        c, p, p1, a, r = med("cmtime", n), med("plain", n), med("plain1", n), med("agent", n), med("rpc", n)
+        lines.append(f"| {n} | {fmt(c)} | {fmt(p)} | {ratio(p, c)} | {fmt(p1)} | {ratio(p1, c)} | {fmt(a)} | "
+                     f"{ratio(a, c)} | {fmt(r)} | "
                      f"{fmt(med('plain', n, 'p50_ms'), 1)} / {fmt(med('plain', n, 'max_ms'), 1)} |")
     lines += ["", "What rxe counted during cordma's storms (the port's hw_counters, client and server together; "
               "medians): packets sent, RNR NAKs sent, completer retries, retries exceeded, sequence errors.", "",
               "| N | kind | packets | RNR NAKs | retries | retries exceeded | sequence errors |",
               "|---:|---|---:|---:|---:|---:|---:|"]
     for n in info["connections"]:
-        for kind in ("plain", "agent", "rpc"):
+        for kind in ("plain", "plain1", "agent", "rpc"):
             dev = [r["result"]["device"] for r in ok if r["impl"] == kind and r["connections"] == n
                    and "device" in r["result"]]
             if not dev:

@@ -100,7 +100,10 @@ struct CORDMA_API connection_settings {
     /// long). Default 6, not 7: rxe, and some devices, retry forever at 7.
     std::uint8_t retry_count = qp_defaults::retry_count;
     /// Receiver-not-ready retries of this side's sends (default 6). Never
-    /// 7 ("forever") by default.
+    /// 7 ("forever") by default for a connection: an rpc server, a stream,
+    /// a group and a C API context take 7 unless it was set to another
+    /// count, since their keepalives (or the rpc liveness read) decide when
+    /// a peer is gone, and a live peer stopped for seconds is not.
     std::uint8_t rnr_retry = qp_defaults::rnr_retry;
     /// How long a peer waits before retrying this side when no receive was
     /// posted here, as the IB code: 0 = 655 ms (the longest), 1 = 0.01 ms,

@@ -89,6 +89,7 @@ namespace cordma {
 namespace detail {
 class message_queue_state;
 class receive_queue_state;
+struct receive_queue_access;
 struct work_slot;
 }  // namespace detail
 
@@ -250,6 +251,7 @@ public:
     };
 
 private:
+    friend struct detail::receive_queue_access;
     void start(std::vector<local_slice> buffers);
     void close() noexcept;
     const std::shared_ptr<detail::receive_queue_state>& checked_state(const char* call) const;

@@ -20,8 +20,9 @@
 ///   registers its buffer and sends its address; the receiver RDMA-READs it
 ///   straight into the memory it hands the handler (request) or returns
 ///   (response). No copy of a large payload on either side.
-/// - Credits: the server's hello grants each client `credits` calls in
-///   flight; a response hands its call's credit back (a large response's
+/// - Credits: the server grants each client up to `credits` calls in
+///   flight, out of one budget (its receives) shared fairly by its
+///   clients; a response hands its call's credit back (a large response's
 ///   once the client has read it). Calls beyond the credits wait in the
 ///   client, in order, so no client can fill the server's receives.
 /// - Matching: the client numbers its calls; responses come back in any
@@ -113,13 +114,16 @@ struct server_options {
     /// server holds one, behind the 48-byte header); larger ones by
     /// rendezvous. 64 B to 1 MiB.
     std::size_t eager_size = 4096;
-    /// Receives in the shared receive queue, for all clients together. The
-    /// server's receives never run dry while receives >= credits x clients;
-    /// beyond that, clients' requests wait in receiver-not-ready retries
-    /// (builder::min_rnr_timer on the server, rnr_retry on the client), and
-    /// the server says so once on stderr. At least `credits`.
+    /// Receives in the shared receive queue, for all clients together, and
+    /// the budget their credits come out of: the SRQ never runs dry (no
+    /// receiver-not-ready retries), however many clients. With more than
+    /// receives / credits clients each gets its fair share (at least 1 in
+    /// turn), credits coming back go to clients waiting for them, and idle
+    /// clients are asked for their unused ones (docs/rpc.md, "Fair
+    /// credits"). At least `credits`.
     std::size_t receives = 512;
-    /// Calls each client may have in flight (1 to 1024).
+    /// The most calls one client may have in flight (1 to 1024): what each
+    /// gets while receives >= credits x clients.
     std::uint32_t credits = 16;
     /// The largest request accepted; larger ones fail with too_large.
     std::size_t max_request = std::size_t(1) << 30;
@@ -197,8 +201,11 @@ public:
     /// (server_options::receives of eager_size + 48 bytes) that every
     /// connection receives through; a builder left at min_rnr_timer 0
     /// (655 ms) gets 12 (0.64 ms), so a client that finds the receives
-    /// full retries soon. Throws std::invalid_argument for options out of
-    /// range, naming the field.
+    /// full retries soon, and one left at rnr_retry 6 gets 7 ("forever"):
+    /// the server's first frame to a client, its credits, may reach it
+    /// before the client has posted its receives, and is retried until it
+    /// has. Throws std::invalid_argument for options out of range, naming
+    /// the field.
     explicit server(builder& b, server_options options = {});
     /// Takes over `other`'s clients and handlers; `other` is left empty.
     server(server&&) noexcept = default;
@@ -263,7 +270,11 @@ private:
 /// A client's settings, fixed at connect.
 struct client_options {
     /// Responses up to this many bytes travel inline into the client's
-    /// receives; larger ones by rendezvous. 64 B to 1 MiB.
+    /// receives; larger ones by rendezvous. 64 B to 1 MiB. The receives
+    /// hold 208 bytes while responses are small (an idle client pins a few
+    /// KiB): the first larger response comes by rendezvous while the
+    /// server asks them to grow to this size, and a second without one
+    /// makes them small again (docs/rpc.md, "Elastic receives").
     std::size_t eager_size = 4096;
     /// A call's deadline unless the call says otherwise (positive).
     std::chrono::milliseconds deadline{30'000};
@@ -292,8 +303,11 @@ public:
     client() = default;
     /// Connects to an rpc server at `address` ("host:port") with `b`'s
     /// settings (a copy of it, made plain: builder::agent(false), with the
-    /// client's hello as private data). Throws as builder::connect does,
-    /// and rpc_error(protocol) if the listener is not an rpc server.
+    /// client's hello as private data; a builder left at min_rnr_timer 0,
+    /// 655 ms, gets 12, 0.64 ms: the server's first frame, its credits,
+    /// may arrive before the client has posted its receives, and then
+    /// waits that long). Throws as builder::connect does, and
+    /// rpc_error(protocol) if the listener is not an rpc server.
     static task<client> connect(builder b, std::string address, client_options options = {});
     /// Takes over `other`'s connection and calls; `other` is left empty.
     client(client&&) noexcept = default;

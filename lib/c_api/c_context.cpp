@@ -132,7 +132,7 @@ task<std::shared_ptr<peer_state>> open_peer(cordma_context* ctx, cordma::connect
     link_terms mine{static_cast<std::uint32_t>(ctx->config.window), ctx->config.buffer_size};
     receive_queue queue = posted ? std::move(*posted)
                                  : receive_queue(conn, peer_link::receive_count(mine.window),
-                                                 peer_link::frame_size(mine.inline_size), pool);
+                                                 peer_link::first_frame_size(mine.inline_size), pool);
     link_terms theirs;
     try {
         theirs = co_await exchange_hello(conn, &queue, pool, c_api_hello_mark, mine,
@@ -143,6 +143,7 @@ task<std::shared_ptr<peer_state>> open_peer(cordma_context* ctx, cordma::connect
         throw c_failure(EPROTO, e.what());
     }
     peer->link = open_link(peer, index, peer->name, conn, std::move(queue), pool, mine, theirs);
+    peer->link->start();
     {
         std::lock_guard lock(ctx->peers_mutex);
         ctx->peers.push_back(peer);
@@ -399,6 +400,7 @@ cordma_context* cordma_create(const cordma_config* config) {
                     : config->polling == CORDMA_POLLING_YIELDING ? cordma::polling_mode::yielding
                                                                  : cordma::polling_mode::event;
         ctx->builder = cordma::builder(s);
+        cordma::detail::wait_for_receivers(ctx->builder);
         ctx->listener_thread = ctx->builder.event_listener();
         if (config->listen) {
             std::string host = ctx->address.empty() ? "0.0.0.0" : ctx->address;
@@ -406,7 +408,7 @@ cordma_context* cordma_create(const cordma_config* config) {
             ctx->local_port = port_of(ctx->incoming->address());
             ctx->arrivals = arrivals::start(ctx->listener_thread, *ctx->incoming, ctx->builder.pool(),
                                             cordma::detail::peer_link::receive_count(static_cast<std::uint32_t>(config->window)),
-                                            cordma::detail::peer_link::frame_size(config->buffer_size));
+                                            cordma::detail::peer_link::first_frame_size(config->buffer_size));
         }
         return ctx.release();
     });

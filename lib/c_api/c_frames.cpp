@@ -58,7 +58,9 @@ task<void> send_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffe
     std::uint32_t before = link->frames_sent();
     bool cancelled = false;
     try {
-        if (length <= link->eager_size()) {
+        if (link->needs_room(length))
+            co_await link->make_room(length, token);
+        if (length <= link->inline_room()) {
             std::span<const std::byte> bytes(buf->data() + offset, length);
             co_await link->send_inline(h, bytes, token);
         } else {

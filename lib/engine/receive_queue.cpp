@@ -270,3 +270,15 @@ void received_message::release() noexcept {
 }
 
 }  // namespace cordma
+
+namespace cordma::detail {
+
+void receive_queue_access::set_refill(receive_queue& queue, std::shared_ptr<receive_refill> refill) {
+    queue.checked_state("receive_queue")->set_refill(std::move(refill));
+}
+
+std::uint64_t receive_queue_access::reposts(const receive_queue& queue) {
+    return queue.checked_state("receive_queue")->reposts();
+}
+
+}  // namespace cordma::detail

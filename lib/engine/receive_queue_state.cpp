@@ -163,7 +163,10 @@ void receive_queue_state::release(work_slot* slot) noexcept {
         return;
     }
     try {
+        if (refill_)
+            refill_->refill(slot->buffers[0]);
         post(slot);
+        ++reposts_;
     } catch (const std::exception& e) {
         // A queue that silently shrank would be a trap: say why, and stop.
         idle_.push_back(slot);

@@ -13,6 +13,7 @@
 
 #include <cordma/receive_queue.hpp>
 #include "engine/connection_state.hpp"
+#include "engine/receive_refill.hpp"
 #include "engine/message_queue_state.hpp"
 
 namespace cordma::detail {
@@ -43,6 +44,11 @@ public:
 
     void release(work_slot* slot) noexcept override;
 
+    /// From now on `refill` sees every buffer before it is posted again.
+    void set_refill(std::shared_ptr<receive_refill> refill) noexcept { refill_ = std::move(refill); }
+    /// Receives of its own posted again so far (after the first `size()`).
+    std::uint64_t reposts() const noexcept { return reposts_; }
+
 private:
     bool finished() const noexcept override;
     std::exception_ptr broken_error() const override;
@@ -65,6 +71,8 @@ private:
     // fail, so it never fails while a message may still be in the CQ.
     std::size_t posted_ = 0;
     std::exception_ptr receive_error_;  // the first failed receive of ours
+    std::shared_ptr<receive_refill> refill_;
+    std::uint64_t reposts_ = 0;
 };
 
 }  // namespace cordma::detail

@@ -13,6 +13,7 @@
 #include "group/bootstrap/group_bootstrap.hpp"
 #include "group/group_core.hpp"
 #include "group/group_formation.hpp"
+#include "link/link_hello.hpp"
 #include "link/peer_link.hpp"
 
 namespace cordma {
@@ -86,6 +87,7 @@ blocking_call run_blocking(std::function<void()> fn, std::shared_ptr<event_liste
 
 task<group> group::form(builder b, group_options options) {
     check_options(b, options);
+    detail::wait_for_receivers(b);
     auto deadline = clock::now() + options.formation_timeout;
     auto el = b.event_listener();
     int rank = options.rank;

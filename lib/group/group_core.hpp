@@ -49,8 +49,11 @@ public:
     void set_link(int r, std::shared_ptr<peer_link> l) {
         mail();
         l->set_message_sink(mailbox_);
-        l->start();
-        links_.at(static_cast<std::size_t>(r)) = std::move(l);
+        // Held first: a frame already waiting may fail the group at once,
+        // and fail() must find this link to tell and close it.
+        auto& held = links_.at(static_cast<std::size_t>(r));
+        held = std::move(l);
+        held->start();
     }
     bool has_link(int r) const { return links_.at(static_cast<std::size_t>(r)) != nullptr; }
 

@@ -83,7 +83,7 @@ struct handshake {
     handshake(std::shared_ptr<group_core> c, cordma::connection cn)
         : core(std::move(c)),
           conn(std::move(cn)),
-          queue(conn, peer_link::receive_count(core->options().window), peer_link::frame_size(core->options().eager_size),
+          queue(conn, peer_link::receive_count(core->options().window), peer_link::first_frame_size(core->options().eager_size),
                 core->builder().pool()),
           hello_buffer(core->builder().pool()->allocate(wire::header_size)) {}
 
@@ -128,11 +128,9 @@ struct handshake {
     }
 
     std::shared_ptr<peer_link> make_link(const hello& h) {
-        local_mr buffer = core->builder().pool()->allocate(peer_link::slot_count(h.window) *
-                                                           peer_link::frame_size(core->options().eager_size));
         return std::make_shared<peer_link>(core, h.from, core->rank_name(h.from), conn, std::move(queue),
                                            core->options().window, h.window, core->options().eager_size,
-                                           core->options().eager_size, std::move(buffer));
+                                           core->options().eager_size, core->builder().pool());
     }
 };
 

@@ -106,13 +106,15 @@ task<void> group_core::send_message(int dest, local_slice payload, std::uint32_t
     std::size_t slot = 0;
     bool stopped = false;
     try {
+        if (l.needs_room(payload.size()))
+            co_await l.make_room(payload.size(), scope.token());
         slot = co_await l.credit_and_slot(scope.token());
     } catch (const operation_cancelled&) {
         stopped = true;
     }
     if (stopped)
         throw_stopped(scope, what() + ", waiting for credit (nothing was sent; the group goes on),");
-    if (payload.size() <= l.eager_size()) {
+    if (payload.size() <= l.inline_room()) {
         l.post_inline(slot, h, std::span<const std::byte>(payload.data(), payload.size()));
         co_return;
     }

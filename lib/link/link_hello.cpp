@@ -9,6 +9,11 @@
 
 namespace cordma::detail {
 
+void wait_for_receivers(builder& b) {
+    if (b.settings().rnr_retry == qp_defaults::rnr_retry)
+        b.rnr_retry(7);
+}
+
 namespace wire = link_wire;
 
 namespace {
@@ -65,11 +70,9 @@ task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, s
 std::shared_ptr<peer_link> open_link(std::weak_ptr<link_owner> owner, int rank, std::string name,
                                      cordma::connection conn, receive_queue queue, std::shared_ptr<memory_pool> pool,
                                      link_terms mine, link_terms theirs) {
-    local_mr slots = pool->allocate(peer_link::slot_count(theirs.window) * peer_link::frame_size(theirs.inline_size));
     auto link = std::make_shared<peer_link>(std::move(owner), rank, std::move(name), std::move(conn), std::move(queue),
                                             mine.window, theirs.window, theirs.inline_size, mine.inline_size,
-                                            std::move(slots));
-    link->start();
+                                            std::move(pool));
     return link;
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <stop_token>
 
+#include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/receive_queue.hpp>
@@ -40,6 +41,15 @@ struct link_terms {
     std::size_t inline_size = 0;   // the largest inline payload its receives hold
 };
 
+/// Sets `b` up for a link's connections: a peer slow to post its receives
+/// (its process stopped or starved of CPU) is waited for as long as it
+/// takes (rnr_retry 7, "forever", unless the builder set another count):
+/// 6 retries of 655 ms gave up on a peer stopped for 4 s, while the link's
+/// keepalive (its owner's peer_timeout, 10 s by default) is what finds a
+/// peer gone, and a host that is gone sends no receiver-not-ready NAK at
+/// all (the retry count finds it).
+void wait_for_receivers(builder& b);
+
 /// Sends `mine` and takes the peer's hello from `queue` within `timeout`;
 /// throws std::system_error (protocol_error) saying what is wrong with it
 /// (another module's mark, a window or size out of range). The accepting
@@ -55,7 +65,12 @@ task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, s
 
 /// The link both hellos describe: receives from `queue` (already sized for
 /// mine: receive_count(mine.window) of frame_size(mine.inline_size)), send
-/// slots for the peer's window and size, started.
+/// slots for the peer's window and size. Not started: the owner stores it
+/// where its fail() finds it first, then calls start(). The peer's first
+/// frames may already be waiting, and start() handles them at once: a
+/// protocol error among them must find the link to close (a link started
+/// before its owner held it stayed open, its peer waiting on a dead
+/// connection).
 std::shared_ptr<peer_link> open_link(std::weak_ptr<link_owner> owner, int rank, std::string name,
                                      cordma::connection conn, receive_queue queue, std::shared_ptr<memory_pool> pool,
                                      link_terms mine, link_terms theirs);

@@ -34,7 +34,7 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     }
     header h;
     auto type = r.u8();
-    if (type < 1 || type > 7) {
+    if (type < 1 || type > last_frame) {
         why = "a frame of unknown type " + std::to_string(type);
         return std::nullopt;
     }
@@ -89,6 +89,10 @@ const char* name(frame type) noexcept {
     case frame::credit: return "credit";
     case frame::abort: return "abort";
     case frame::ping: return "ping";
+    case frame::grow: return "grow";
+    case frame::room: return "room";
+    case frame::shrink: return "shrink";
+    case frame::pad: return "pad";
     }
     return "?";
 }

@@ -15,6 +15,9 @@
 ///     sender's buffer)
 /// 32  u64 addr                   40  u32 rkey   44  u32 reserved (0)
 ///
+/// room (the receiver's answer to grow) reuses addr and size as its
+/// comment says; grow, shrink and pad carry nothing but `acked`.
+///
 /// hello (once each way, right after connecting) reuses the fields:
 /// seq = the sender's window, addr = the sender's eager size, size = a
 /// mark naming the module (link_hello.hpp); a module with its own hello
@@ -39,7 +42,14 @@ enum class frame : std::uint8_t {
     credit = 5,  ///< only `acked`: room in the window
     abort = 6,   ///< the sender's owner failed; the payload says why
     ping = 7,    ///< "are you there?": answered at once with a credit frame
+    grow = 8,    ///< "I have frames larger than your receives": asks for room
+    room = 9,    ///< "from your frame number `addr` on, my receives hold `size` bytes
+                 ///< inline" (frames counted from the hello, number 0)
+    shrink = 10, ///< "from this frame on, mine fit your first receives": they may shrink
+    pad = 11,    ///< nothing (counts against the window): cycles grown receives out
 };
+/// The largest frame type decode() accepts.
+inline constexpr std::uint8_t last_frame = 11;
 
 /// What a data, rts or fin frame belongs to. The link knows what it
 /// routes: a point-to-point message (handed to the message_sink) and a

@@ -13,6 +13,18 @@
 /// abort), so 2 * window + 4 posted receives always have room and no
 /// receiver-not-ready can happen.
 ///
+/// Elastic receives: those receives are posted small (first_frame_size)
+/// and grow to the full inline size only while the peer sends frames that
+/// need it: a sender with a frame over the room it has asks (grow), the
+/// receiver makes its reposts big and answers (room) with the number of
+/// the sender's first frame that lands in a big one; the sender sends
+/// larger frames from there, and until then sends them as rts or in
+/// pieces. A sender idle for a second or two says its frames fit small
+/// receives again (shrink) and sends a window of pads that cycle the big
+/// receives out. Frames are numbered on the connection from the hello (0),
+/// and the peer's n-th frame lands in this side's n-th posted receive
+/// (docs/link.md).
+///
 /// A dispatcher coroutine drains the receive_queue as frames arrive: data
 /// and rts frames wait in `inbox` for the owner's step that takes them (in
 /// order), fins in `fins` for the sender of the rts, credits go straight
@@ -30,11 +42,13 @@
 #include <vector>
 
 #include <cordma/connection.hpp>
+#include <cordma/event_listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/receive_queue.hpp>
 #include <cordma/task.hpp>
 
 #include "engine/waiter_queue.hpp"
+#include "link/elastic_receives.hpp"
 #include "link/link_wire.hpp"
 
 namespace cordma::detail {
@@ -110,16 +124,17 @@ struct inbound_frame {
 class peer_link : public std::enable_shared_from_this<peer_link> {
 public:
     /// `queue` already holds this connection's receives (receive_count of
-    /// own_window, frame_size(receive_eager) bytes each); `slots` holds
-    /// slot_count of peer_window frames of frame_size(eager_size);
+    /// own_window, first_frame_size(receive_eager) bytes each), and each
+    /// side has sent its hello (frame 0) and nothing else;
     /// `peer_window` is what the peer's hello granted. `eager_size` is the
-    /// most this side sends inline (what the peer's receives hold),
-    /// `receive_eager` the most it accepts inline. `rank` is the owner's
-    /// number for the peer (reported to link_owner::fail), `name` how
-    /// errors name it.
+    /// most this side sends inline (what the peer's receives hold once
+    /// grown), `receive_eager` the most it accepts inline. Send slots and
+    /// grown receives come from `pool`. `rank` is the owner's number for
+    /// the peer (reported to link_owner::fail), `name` how errors name it.
+    /// On the event listener thread.
     peer_link(std::weak_ptr<link_owner> owner, int rank, std::string name, cordma::connection conn,
               receive_queue queue, std::uint32_t own_window, std::uint32_t peer_window, std::size_t eager_size,
-              std::size_t receive_eager, local_mr slots);
+              std::size_t receive_eager, std::shared_ptr<memory_pool> pool);
 
     /// The longest reason an abort carries (it must fit every slot).
     static constexpr std::size_t max_abort_reason = 200;
@@ -128,6 +143,16 @@ public:
     static std::size_t frame_size(std::size_t eager_size) noexcept {
         return link_wire::header_size + (eager_size > max_abort_reason ? eager_size : max_abort_reason);
     }
+    /// The inline bytes a link's receives hold before they grow.
+    static constexpr std::size_t small_payload = 208;
+    /// Bytes of one receive as first posted (and of a control slot): room
+    /// for control frames and small data (see the top).
+    static std::size_t first_frame_size(std::size_t eager_size) noexcept {
+        return frame_size(eager_size < small_payload ? eager_size : small_payload);
+    }
+    /// How long a sender's grown room goes unused before it gives it back
+    /// (checked this often; the second idle check shrinks).
+    static constexpr std::chrono::milliseconds idle_check{1000};
     /// Receives a link keeps posted for its own `window` (see the top).
     static std::size_t receive_count(std::uint32_t window) noexcept { return 2 * std::size_t(window) + 4; }
     /// The largest window whose receives fit a receive queue `depth` deep.
@@ -142,6 +167,29 @@ public:
     const std::string& name() const noexcept { return name_; }
     const cordma::connection& connection() const noexcept { return conn_; }
     std::size_t eager_size() const noexcept { return eager_size_; }
+    /// The most bytes the next inline frame may carry now: eager_size()
+    /// once the peer's receives have grown (make_room), less until then.
+    std::size_t inline_room() const noexcept {
+        return growth_ == growth::grown ? eager_size_ : room_at(next_frame_);
+    }
+    /// Makes inline_room() at least `bytes` (up to eager_size(); more
+    /// returns at once): the first time, or after the link went idle and
+    /// shrank, asks the peer to grow its receives and waits for its answer
+    /// (one round trip; the peer answers without its reader). Returns
+    /// with less room only if the peer had no memory for it, or the link
+    /// is gone (the send that follows says so). Throws
+    /// operation_cancelled if `token` stops first.
+    /// Await it only when needs_room(bytes): a coroutine frame is not free.
+    task<void> make_room(std::size_t bytes, std::stop_token token);
+    /// Whether make_room(bytes) would ask (or wait): an inline frame of
+    /// `bytes` fits the peer's inline size, not its receives yet.
+    bool needs_room(std::size_t bytes) const noexcept {
+        return bytes > inline_room() && bytes <= eager_size_ && growth_ != growth::refused && !lost_;
+    }
+    /// Whether this side's receives are grown now (for tests and metrics).
+    bool receives_grown() const noexcept { return receives_->grown(); }
+    /// Whether this side sends at the peer's grown room now.
+    bool sending_grown() const noexcept { return growth_ == growth::grown; }
 
     /// Starts draining the receive queue.
     void start();
@@ -161,7 +209,7 @@ public:
     /// Whether an inline frame sent now would go at once: a credit and a
     /// slot are free and nothing waits for them.
     bool can_send_now() const noexcept {
-        return credits_->ready() > 0 && !free_slots_.empty() && pending_control_.empty() && slot_waiters_ == 0;
+        return credits_->ready() > 0 && data_slot_free() && pending_control_.empty() && slot_waiters_ == 0;
     }
     /// Room in the window, then a slot; counts the frame as sent (a
     /// cancelled wait gives the credit back). With post_inline, for a
@@ -174,9 +222,9 @@ public:
     /// reads) into `slot` (from credit_and_slot) and posts it; the peer
     /// reads it and answers with a fin.
     void post_rts(std::size_t slot, link_wire::header h, const local_slice& payload);
-    /// Credit-counted frames sent so far (a send that returned early by
+    /// Data and rts frames sent so far (a send that returned early by
     /// cancellation sent its frame if this moved).
-    std::uint32_t frames_sent() const noexcept { return sent_; }
+    std::uint32_t frames_sent() const noexcept { return sent_ - pads_sent_; }
     /// Whether the connection is gone (its frames may still be taken).
     bool lost() const noexcept { return lost_; }
     /// Takes the peer's next data or rts frame, which must match `e`
@@ -231,6 +279,40 @@ private:
     task<void> dispatch();
     void on_frame(link_wire::header h, received_message m);
     void credit_returned(std::uint32_t acked);
+    /// One of the peer's credit-counted frames handled: credit goes back
+    /// once half a window is due.
+    void count_handled();
+    /// The room the peer's receive for this side's frame `n` holds.
+    std::size_t room_at(std::uint64_t n) const noexcept { return n >= room_switch_ ? room_after_ : room_before_; }
+    /// From this side's frame `n` on, the peer's receives hold `room`.
+    void set_room(std::uint64_t n, std::size_t room) noexcept;
+    /// Grow and room, shrink and pads (see the top).
+    void on_grow();
+    void on_room(const link_wire::header& h);
+    void check_idle(std::uint64_t big_frames_before);
+    void arm_idle_check();
+    task<void> send_pads(std::uint32_t count);
+    /// Whether a data frame would find a slot of the kind it takes now.
+    bool data_slot_free() const noexcept {
+        return growth_ == growth::grown ? !free_big_.empty() : !free_slots_.empty();
+    }
+    /// Wakes every wait_slot to look again (the kind of slot changed).
+    void wake_slot_waiters();
+    /// Counts a wait in `n` while it lasts, however it ends (resumed,
+    /// thrown, or its coroutine destroyed).
+    struct counted_wait {
+        std::uint32_t& n;
+        explicit counted_wait(std::uint32_t& count) noexcept : n(count) { ++n; }
+        ~counted_wait() { --n; }
+        counted_wait(const counted_wait&) = delete;
+        counted_wait& operator=(const counted_wait&) = delete;
+    };
+    /// The inline bytes the peer's receives hold before they grow.
+    std::size_t small_room() const noexcept { return std::min(eager_size_, small_payload); }
+    std::byte* slot_data(std::size_t slot) const noexcept {
+        return slot < small_slot_count_ ? small_slots_.data() + slot * small_slot_size_
+                                        : big_slots_.data() + (slot - small_slot_count_) * big_slot_size_;
+    }
     /// Posts a frame from slot `slot` (header already encoded, `length`
     /// bytes in all) without waiting for its completion; frees the slot then.
     void post_slot(std::size_t slot, std::size_t length);
@@ -240,6 +322,7 @@ private:
     /// the RC acknowledgements that complete our sends arrive.
     task<std::size_t> wait_slot(std::stop_token token);
     std::size_t take_slot();
+    std::size_t take_data_slot();
     /// Sends a control frame (fin, credit, ping, abort) now, or as soon as a
     /// slot frees (before any waiting data frame) when none is free; its
     /// `acked` is encoded when it is posted.
@@ -282,9 +365,31 @@ private:
     std::size_t eager_size_;
     std::size_t receive_eager_;
 
-    local_mr slots_;
-    std::size_t slot_size_;
-    std::vector<std::size_t> free_slots_;
+    std::shared_ptr<memory_pool> pool_;
+    std::shared_ptr<elastic_receives> receives_;
+    // Send slots: small ones (control frames; data while not grown),
+    // numbered first, and big ones while grown (data), numbered after.
+    local_mr small_slots_;
+    std::size_t small_slot_size_;
+    std::size_t small_slot_count_;
+    local_mr big_slots_;
+    std::size_t big_slot_size_;
+    std::size_t big_slot_count_;
+    std::vector<std::size_t> free_slots_;               // small
+    std::vector<std::size_t> free_big_;
+    // The peer's receives as this side sends into them.
+    enum class growth { small, asked, grown, refused };
+    growth growth_ = growth::small;
+    std::uint64_t next_frame_ = 1;   // this side's next frame on the connection (the hello was 0)
+    std::size_t room_before_;        // the room of frames before room_switch_
+    std::size_t room_after_;
+    std::uint64_t room_switch_ = 0;
+    std::uint64_t big_frames_ = 0;   // frames sent over the small room
+    std::uint32_t senders_waiting_ = 0;
+    std::uint32_t pads_sent_ = 0;
+    std::shared_ptr<event_listener::timer> idle_timer_;
+    std::shared_ptr<waiter_queue<bool>> room_answered_;  // wakes a make_room
+    std::uint32_t room_waiters_ = 0;
     std::shared_ptr<waiter_queue<bool>> slot_freed_;   // wakes a wait_slot
     std::uint32_t slot_waiters_ = 0;
     struct pending_control {

@@ -76,6 +76,10 @@ void peer_link::send_fin(const wire::header& rts) {
 
 void peer_link::release(inbound_frame& f) {
     f.message.release();
+    count_handled();
+}
+
+void peer_link::count_handled() {
     ++handled_;
     if (handled_ - acked_sent_ >= std::max<std::uint32_t>(1, own_window_ / 2)) {
         wire::header credit;

@@ -17,22 +17,29 @@ namespace wire = link_wire;
 
 task<std::size_t> peer_link::wait_slot(std::stop_token token) {
     auto self = shared_from_this();
-    while (free_slots_.empty() || !pending_control_.empty()) {
-        ++slot_waiters_;
+    while (!data_slot_free() || !pending_control_.empty()) {
         std::optional<bool> freed;
-        std::exception_ptr error;
-        try {
+        {
+            counted_wait waiting(slot_waiters_);
             freed = co_await slot_freed_->pop(token, send_call_, name_);
-        } catch (...) {
-            error = std::current_exception();
         }
-        --slot_waiters_;
-        if (error)
-            std::rethrow_exception(error);
         if (!freed)
             link_gone();
     }
-    co_return take_slot();
+    co_return take_data_slot();
+}
+
+std::size_t peer_link::take_data_slot() {
+    if (growth_ != growth::grown)
+        return take_slot();
+    std::size_t s = free_big_.back();
+    free_big_.pop_back();
+    return s;
+}
+
+void peer_link::wake_slot_waiters() {
+    for (std::uint32_t i = 0; i < slot_waiters_; ++i)
+        slot_freed_->push(true);
 }
 
 std::size_t peer_link::take_slot() {
@@ -45,11 +52,13 @@ std::size_t peer_link::take_slot() {
 
 void peer_link::post_slot(std::size_t slot, std::size_t length) {
     ++in_flight_;
+    ++next_frame_;
     spawn_detached(
         [](std::shared_ptr<peer_link> self, std::size_t slot, std::size_t length) -> task<void> {
             std::exception_ptr error;
             try {
-                co_await self->conn_.send(self->slots_.slice(slot * self->slot_size_, length));
+                const local_mr& region = slot < self->small_slot_count_ ? self->small_slots_ : self->big_slots_;
+                co_await self->conn_.send(region.slice(self->slot_data(slot) - region.data(), length));
             } catch (...) {
                 error = std::current_exception();
             }
@@ -74,14 +83,27 @@ void peer_link::post_slot(std::size_t slot, std::size_t length) {
 }
 
 void peer_link::slot_done(std::size_t slot) {
-    free_slots_.push_back(slot);
-    if (!pending_control_.empty()) {
-        pending_control c = std::move(pending_control_.front());
-        pending_control_.pop_front();
-        send_control(c.header, c.payload);
-    } else if (slot_waiters_ > 0) {
-        slot_freed_->push(true);
+    if (slot >= small_slot_count_) {
+        free_big_.push_back(slot);
+        if (growth_ != growth::grown && free_big_.size() == big_slot_count_) {
+            free_big_.clear();  // shrunk, and every big slot is back: the region goes
+            big_slots_ = local_mr{};
+        }
+    } else {
+        free_slots_.push_back(slot);
+        if (!pending_control_.empty()) {
+            pending_control c = std::move(pending_control_.front());
+            pending_control_.pop_front();
+            send_control(c.header, c.payload);
+        }
     }
+    // A data frame waits for a slot of its kind and for the control frames
+    // ahead of it. Wake one once both hold, whichever slot came back: once
+    // grown, data takes big slots, and the small slot that carried the last
+    // pending control frame out must wake it too (a lossy link, where slots
+    // come back late and control frames queue, hung on that).
+    if (slot_waiters_ > 0 && pending_control_.empty() && data_slot_free())
+        slot_freed_->push(true);
 }
 
 void peer_link::send_control(wire::header h, const std::string& payload) {
@@ -98,8 +120,9 @@ void peer_link::send_control(wire::header h, const std::string& payload) {
     std::size_t slot = take_slot();
     h.acked = handled_;
     acked_sent_ = handled_;
-    h.size = payload.size();
-    std::byte* at = slots_.data() + slot * slot_size_;
+    if (h.type == wire::frame::abort)
+        h.size = payload.size();  // a room frame's size is the room it grants
+    std::byte* at = slot_data(slot);
     wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
     std::memcpy(at + wire::header_size, payload.data(), payload.size());
     post_slot(slot, wire::header_size + payload.size());
@@ -107,8 +130,10 @@ void peer_link::send_control(wire::header h, const std::string& payload) {
 
 task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token token) {
     auto self = shared_from_this();
+    if (needs_room(payload.size()))
+        co_await make_room(payload.size(), token);
     std::size_t slot = co_await credit_and_slot(token);
-    if (payload.size() <= eager_size_) {
+    if (payload.size() <= inline_room()) {
         post_inline(slot, h, std::span<const std::byte>(payload.data(), payload.size()));
         co_return;
     }
@@ -127,7 +152,7 @@ task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token 
 }
 
 void peer_link::post_rts(std::size_t slot, wire::header h, const local_slice& payload) {
-    std::byte* at = slots_.data() + slot * slot_size_;
+    std::byte* at = slot_data(slot);
     h.acked = handled_;
     acked_sent_ = handled_;
     h.type = wire::frame::rts;
@@ -140,7 +165,15 @@ void peer_link::post_rts(std::size_t slot, wire::header h, const local_slice& pa
 }
 
 void peer_link::post_inline(std::size_t slot, wire::header h, std::span<const std::byte> payload) {
-    std::byte* at = slots_.data() + slot * slot_size_;
+    std::size_t room = room_at(next_frame_);
+    std::size_t holds = (slot < small_slot_count_ ? small_slot_size_ : big_slot_size_) - wire::header_size;
+    if (payload.size() > room || payload.size() > holds)
+        throw std::logic_error("cordma: " + name_ + ": an inline frame of " + std::to_string(payload.size()) +
+                               " bytes where the peer's receive holds " + std::to_string(room) + " and the slot " +
+                               std::to_string(holds) + " (internal error)");
+    if (payload.size() > small_payload)
+        ++big_frames_;
+    std::byte* at = slot_data(slot);
     h.acked = handled_;
     acked_sent_ = handled_;
     h.type = wire::frame::data;
@@ -155,6 +188,8 @@ task<void> peer_link::send_inline(wire::header h, std::span<const std::byte> pay
     if (payload.size() > eager_size_)
         throw std::logic_error("cordma: " + name_ + ": an inline frame of " + std::to_string(payload.size()) +
                                " bytes, over the eager size (internal error)");
+    // The caller checked it against inline_room(); the room only grows
+    // while a send waits (check_idle shrinks it only with none waiting).
     auto self = shared_from_this();
     std::size_t slot = co_await credit_and_slot(token);
     post_inline(slot, h, payload);
@@ -162,6 +197,7 @@ task<void> peer_link::send_inline(wire::header h, std::span<const std::byte> pay
 
 task<std::size_t> peer_link::credit_and_slot(std::stop_token token) {
     auto self = shared_from_this();
+    counted_wait waiting(senders_waiting_);  // check_idle shrinks only with none
     std::optional<bool> credit = co_await credits_->pop(token, send_call_, name_);
     if (!credit)
         link_gone();

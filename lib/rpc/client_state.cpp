@@ -11,6 +11,8 @@
 #include <cordma/error.hpp>
 #include <cordma/task_group.hpp>
 
+#include "engine/receive_refill.hpp"
+
 namespace cordma::rpc::detail {
 
 client_state::client_state(builder b, client_options options, cordma::connection conn, const wire::header& hello)
@@ -38,7 +40,13 @@ void client_state::start() {
                                     std::to_string(credits_) + " calls in flight, and the builder's " +
                                     "recv_queue_depth (" + std::to_string(room) + ") cannot hold their responses: " +
                                     "raise it to " + std::to_string(count));
-    receives_.emplace(conn_, std::min(count, room), options_.eager_size + wire::header_size);
+    std::size_t big = options_.eager_size + wire::header_size;
+    std::size_t small = std::min(big, wire::small_receive);
+    receives_.emplace(conn_, std::min(count, room), small, builder_.pool());
+    if (small < big) {
+        elastic_ = std::make_shared<cordma::detail::elastic_receives>(builder_.pool(), receives_->size(), small, big);
+        cordma::detail::receive_queue_access::set_refill(*receives_, elastic_);
+    }
     spawn_detached(read_loop(), [](std::exception_ptr) {});
 }
 
@@ -69,13 +77,24 @@ void client_state::on_frame(received_message m) {
         spawn_detached(conn_.close(), [](std::exception_ptr) {});
         return broken(rpc_errc::protocol, "the server sent a malformed frame (" + why + "); connection closed");
     }
-    if (h->type != wire::frame::response && h->type != wire::frame::response_rts && h->type != wire::frame::credit) {
+    bool answer = h->type == wire::frame::response || h->type == wire::frame::response_rts;
+    bool room = h->type == wire::frame::grow || h->type == wire::frame::shrink || h->type == wire::frame::pad;
+    if (room && !elastic_) {
+        spawn_detached(conn_.close(), [](std::exception_ptr) {});
+        return broken(rpc_errc::protocol, std::string("the server sent a ") + wire::name(h->type) +
+                                              " frame, but this client's receives do not grow; connection closed");
+    }
+    if (!answer && !room && h->type != wire::frame::credit) {
         spawn_detached(conn_.close(), [](std::exception_ptr) {});
         return broken(rpc_errc::protocol, std::string("the server sent a ") + wire::name(h->type) +
                                               " frame, which only a client sends; connection closed");
     }
     available_ += h->credits;
-    if (h->type != wire::frame::credit) {
+    if (h->type == wire::frame::grow)
+        grow_receives();  // before the release: this frame's receive comes back big
+    else if (h->type == wire::frame::shrink)
+        elastic_->shrink();
+    if (answer) {
         orphans_.erase(h->id);  // answered: the server is done with its request
         auto it = calls_.find(h->id);
         pending_call* c = it == calls_.end() ? nullptr : it->second;
@@ -88,11 +107,7 @@ void client_state::on_frame(received_message m) {
                     c->response.assign(payload.begin(), payload.end());
                     finish(*c, std::nullopt, {});
                 } else {
-                    std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
-                    auto code = h->code <= static_cast<std::uint32_t>(rpc_errc::server_gone)
-                                    ? static_cast<rpc_errc>(h->code)
-                                    : rpc_errc::protocol;
-                    finish(*c, code, what_call(*c) + ": " + text);
+                    finish_error(*c, h->code, payload);
                 }
             }
         } else if (c == nullptr) {
@@ -108,6 +123,13 @@ void client_state::on_frame(received_message m) {
     }
     m.release();
     grant();
+    if (h->type == wire::frame::credit && h->size > 0 && available_ > 0) {
+        // The server asks for unused credits back (others wait for them):
+        // what no call is waiting for goes back.
+        auto give = static_cast<std::uint32_t>(std::min<std::uint64_t>(h->size, available_));
+        available_ -= give;
+        spawn_detached(send_release(give), [](std::exception_ptr) {});
+    }
 }
 
 task<void> client_state::fetch(std::uint64_t id, wire::header h) {
@@ -128,23 +150,57 @@ task<void> client_state::fetch(std::uint64_t id, wire::header h) {
     co_await send_done(id);
     auto it = calls_.find(id);
     if (it != calls_.end()) {
-        it->second->response = std::move(bytes);
-        finish(*it->second, std::nullopt, {});
+        if (h.code == 0) {
+            it->second->response = std::move(bytes);
+            finish(*it->second, std::nullopt, {});
+        } else {  // an error whose message was too long for the receives
+            finish_error(*it->second, h.code, bytes);
+        }
     }
+}
+
+void client_state::grow_receives() {
+    bool grown = true;
+    try {
+        elastic_->grow();
+    } catch (const std::exception&) {
+        grown = false;  // no memory for them: the answer keeps the small room
+    }
+    std::uint64_t first = receives_->size() + cordma::detail::receive_queue_access::reposts(*receives_);
+    room_answer_.emplace(first, grown ? options_.eager_size : wire::small_receive - wire::header_size);
 }
 
 task<void> client_state::send_done(std::uint64_t id) {
     // The call's credit still covers this frame: the server hands it back
     // once it has the done.
-    auto self = shared_from_this();
     wire::header h;
     h.type = wire::frame::done;
     h.id = id;
+    if (room_answer_) {  // answers the server's grow
+        h.addr = room_answer_->first;
+        h.size = room_answer_->second;
+        h.code = static_cast<std::uint32_t>(receives_->size());
+        room_answer_.reset();
+    }
+    return send_header(h);
+}
+
+task<void> client_state::send_release(std::uint32_t credits) {
+    // Sent on one of the credits it hands back: the server has a receive
+    // for it.
+    wire::header h;
+    h.type = wire::frame::release;
+    h.credits = credits;
+    return send_header(h);
+}
+
+task<void> client_state::send_header(wire::header h) {
+    auto self = shared_from_this();
     local_mr buffer = buffers_.take(wire::header_size);
     wire::encode(h, buffer.bytes().first<wire::header_size>());
     try {
         co_await conn_.send(buffer.slice(0, wire::header_size));
-    } catch (...) {
+    } catch (...) {  // the connection broke: the reader ends the calls
     }
     buffers_.give(std::move(buffer));
 }
@@ -182,6 +238,12 @@ void client_state::forget(pending_call& c) noexcept {
         } catch (...) {
         }
     }
+}
+
+void client_state::finish_error(pending_call& c, std::uint32_t code, std::span<const std::byte> message) {
+    auto error = code <= static_cast<std::uint32_t>(rpc_errc::server_gone) ? static_cast<rpc_errc>(code)
+                                                                           : rpc_errc::protocol;
+    finish(c, error, what_call(c) + ": " + std::string(reinterpret_cast<const char*>(message.data()), message.size()));
 }
 
 void client_state::fail(std::uint64_t id, rpc_errc error, std::string message) {

@@ -26,6 +26,7 @@
 
 #include <cordma/receive_queue.hpp>
 
+#include "link/elastic_receives.hpp"
 #include "rpc/frame_buffers.hpp"
 #include "rpc/rpc_wire.hpp"
 
@@ -108,8 +109,16 @@ private:
     task<void> liveness_loop();
     task<void> fetch(std::uint64_t id, wire::header h);
     task<void> send_done(std::uint64_t id);
+    task<void> send_release(std::uint32_t credits);
+    /// Sends a frame that is only its header (done, release).
+    task<void> send_header(wire::header h);
     void on_frame(received_message m);
+    /// The server asks for room (a grow frame): reposts are big from now
+    /// on, and the next done says from which receive.
+    void grow_receives();
     void finish(pending_call& c, std::optional<rpc_errc> error, std::string message);
+    /// Ends `c` with the server's error: its status `code` and `message`.
+    void finish_error(pending_call& c, std::uint32_t code, std::span<const std::byte> message);
     void fail(std::uint64_t id, rpc_errc error, std::string message);
     void broken(rpc_errc error, const std::string& why);
     void grant();
@@ -129,6 +138,11 @@ private:
     std::string peer_;
     std::shared_ptr<cordma::event_listener> event_listener_;
     std::optional<receive_queue> receives_;
+    // Small until the server asks for room, small again when it says so
+    // (null when the eager size is small anyway).
+    std::shared_ptr<cordma::detail::elastic_receives> elastic_;
+    // The answer to a grow, for the next done: {first big receive, room}.
+    std::optional<std::pair<std::uint64_t, std::uint64_t>> room_answer_;
     cordma::detail::frame_buffers buffers_;
     std::uint32_t credits_ = 0;    // what the server grants (its hello, or its first credit frame)
     std::uint32_t available_ = 0;  // credits not in use

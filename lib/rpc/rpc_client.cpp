@@ -3,6 +3,7 @@
 // state (lib/rpc/client_state.hpp).
 #include "rpc/client_state.hpp"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 
@@ -39,13 +40,22 @@ task<client> client::connect(builder b, std::string address, client_options opti
     wire::header hello;
     hello.type = wire::frame::hello;
     hello.code = wire::version;
-    hello.size = options.eager_size;
+    // Elastic receives: small until the server asks them to grow
+    // (rpc_wire.hpp); with an eager size that small already, fixed.
+    std::size_t small = wire::small_receive - wire::header_size;
+    hello.size = std::min(options.eager_size, small);
+    hello.rkey = options.eager_size > small ? static_cast<std::uint32_t>(options.eager_size) : 0;
     hello.addr = options.max_response;
     std::array<std::byte, wire::header_size> bytes{};
     wire::encode(hello, bytes);
     b.agent(false);
     b.private_data(std::span<const std::byte>(bytes));
     b.shared_receives(cordma::shared_receive_queue{});
+    // The server's credit frame may beat the receives posted once connected
+    // (rdma_cm sends the RTU before this side sees ESTABLISHED): a
+    // receiver-not-ready retry then, of 0.64 ms rather than 655.
+    if (b.settings().min_rnr_timer == 0)
+        b.min_rnr_timer(12);
     cordma::connection c = co_await b.connect(address);
     std::string why;
     std::optional<wire::header> server_hello;

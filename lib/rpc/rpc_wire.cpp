@@ -8,7 +8,7 @@
 namespace cordma::detail::rpc_wire {
 namespace {
 
-constexpr std::uint8_t last_type = static_cast<std::uint8_t>(frame::credit);
+constexpr std::uint8_t last_type = static_cast<std::uint8_t>(frame::pad);
 
 }  // namespace
 
@@ -73,7 +73,8 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
         why = std::string("a ") + name(h.type) + " frame for 0 bytes (an empty payload goes inline)";
         return std::nullopt;
     }
-    if (!rendezvous && h.type != frame::hello && (h.addr != 0 || h.rkey != 0)) {
+    // A done frame may answer a grow: addr is then a receive number.
+    if (!rendezvous && h.type != frame::hello && ((h.addr != 0 && h.type != frame::done) || h.rkey != 0)) {
         why = std::string("a ") + name(h.type) + " frame with an address or key (only rendezvous frames have one)";
         return std::nullopt;
     }
@@ -89,6 +90,10 @@ const char* name(frame type) noexcept {
     case frame::response_rts: return "response_rts";
     case frame::done: return "done";
     case frame::credit: return "credit";
+    case frame::release: return "release";
+    case frame::grow: return "grow";
+    case frame::shrink: return "shrink";
+    case frame::pad: return "pad";
     }
     return "unknown";
 }

@@ -7,7 +7,8 @@
 ///
 ///  0  u16 magic 0x5052 ("RP")     2  u8 version (1)     3  u8 type
 ///  4  u32 credits: calls the sender hands back to the receiver (server to
-///     client: requests it has finished with); 0 from a client
+///     client: requests it has finished with, or new grants; client to
+///     server, in a release frame only: unused credits given up)
 ///  8  u64 id: the call's number, chosen by the client (unique among its
 ///     calls in flight)
 /// 16  u32 code: a request's method; a response's status (0: ok, else an
@@ -23,10 +24,27 @@
 /// header); credits (server only) = the calls the client may have in
 /// flight; addr = the largest request (server) or response (client) it
 /// takes; code = the protocol version, and in its high 16 bits the server's
-/// flags (hello_deferred_credits: the credits come in a credit frame once
-/// the client's receives are posted, not at once); and the server's hello
-/// carries the address and rkey of its liveness word (8 bytes the client
-/// reads while calls wait) in id and rkey.
+/// flags (hello_deferred_credits: the credits come in a credit frame, not
+/// at once); and the server's hello carries the address and rkey of its
+/// liveness word (8 bytes the client reads while calls wait) in id and
+/// rkey. Every server sets hello_deferred_credits: with a shared receive
+/// queue its credits come out of one budget (the SRQ's receives) shared
+/// fairly by its clients, so a client
+/// may get fewer than `credits` (the most it can ever hold), or none until
+/// another gives some back; a credit frame's `size` asks a client for that
+/// many of its unused credits back, which it returns in a release frame.
+///
+/// Elastic receives (docs/rpc.md, "Elastic receives"): a client's hello may
+/// also say, in rkey, the inline payload its receives hold once grown. Its
+/// receives start small (size); the
+/// server, holding a response that fits the grown size but not the room it
+/// has, sends a grow frame (and the response by rendezvous meanwhile); the
+/// client's next done frame answers with the room: from its receive number
+/// `addr` on (counting every frame the server sent it, from 0), its
+/// receives hold `size` bytes of payload (the small size if it could not
+/// grow), and in code how many receives it posts. After a second with no frame that needed the room, the server
+/// sends a shrink frame (frames from then on are small again) and a pad
+/// frame per client receive, which cycle the big receives out.
 
 #include <cstddef>
 #include <cstdint>
@@ -38,9 +56,10 @@ namespace cordma::detail::rpc_wire {
 
 inline constexpr std::uint16_t magic = 0x5052;
 inline constexpr std::uint8_t version = 1;
-/// A server hello's flag (code >> 16): without a shared receive queue, the
-/// server posts a new client's receives after accepting it, and grants its
-/// credits in a credit frame then; the client may not send before.
+/// A server hello's flag (code >> 16): the server grants the client's
+/// credits in a credit frame (once it has posted the client's receives,
+/// without a shared receive queue; out of its clients' budget, with one);
+/// the client may not send before. Every cordma server sets it.
 inline constexpr std::uint32_t hello_deferred_credits = 1;
 inline constexpr std::size_t header_size = 48;
 
@@ -51,8 +70,15 @@ enum class frame : std::uint8_t {
     response = 4,      ///< an answer, its payload inline (or an error's message)
     response_rts = 5,  ///< an answer the client reads; it sends `done` after
     done = 6,          ///< the client has read a response_rts: its memory is free
-    credit = 7,        ///< only `credits`
+    credit = 7,        ///< `credits`, and in `size` the unused credits the server asks back
+    release = 8,       ///< client: `credits` unused credits handed back, as a credit frame asked
+    grow = 9,          ///< server: please grow your receives; answer with the room in a done
+    shrink = 10,       ///< server: your receives may be small again (frames from now on are)
+    pad = 11,          ///< server: nothing; fills a receive so it is posted again small
 };
+
+/// A client's receives before they grow: 256 bytes, header included.
+inline constexpr std::size_t small_receive = 256;
 
 struct header {
     frame type = frame::request;

@@ -32,15 +32,16 @@ void server_state::on_frame(std::shared_ptr<session> s, received_message m) {
     auto h = wire::decode(m.bytes(), why);
     if (!h)
         return violation(s, "a malformed frame: " + why);
+    if (h->credits != 0 && h->type != wire::frame::release)
+        return violation(s, std::string("a ") + wire::name(h->type) + " frame handing back credits (" +
+                                std::to_string(h->credits) + "), which only a release frame does");
     switch (h->type) {
     case wire::frame::request:
     case wire::frame::request_rts: {
-        if (h->credits != 0)
-            return violation(s, std::string("a ") + wire::name(h->type) + " frame handing back credits (" +
-                                    std::to_string(h->credits) + "), which only the server does");
-        if (s->charged >= options_.credits)
-            return violation(s, "a call beyond its " + std::to_string(options_.credits) + " credits");
+        if (s->charged >= s->granted)
+            return violation(s, "a call beyond its " + std::to_string(s->granted) + " credits");
         ++s->charged;
+        ++s->requests;
         ++s->active;
         ++s->in_progress;
         ++active_;
@@ -52,12 +53,29 @@ void server_state::on_frame(std::shared_ptr<session> s, received_message m) {
         if (it == s->lent.end())
             return violation(s, "a done frame for call " + std::to_string(h->id) +
                                     ", which has no response waiting to be read");
+        if (h->size != 0 && !take_room(s, *h, why))
+            return violation(s, why);
         s->lent.erase(it);
-        --s->charged;
-        ++s->unreturned;
+        m.release();  // before its credit is handed on: the receive is posted again first
+        credit_back(s);
         // Hand the credit back now unless a response is about to carry it.
-        if (s->active == 0)
-            spawn_detached(send_frame(s, {.type = wire::frame::credit}, {}), [](std::exception_ptr) {});
+        if (s->active == 0 && s->unreturned > 0)
+            send_credits(s);
+        return;
+    }
+    case wire::frame::release: {
+        std::uint32_t unused = s->granted - s->charged - s->unreturned;
+        if (h->credits == 0 || h->credits > unused)
+            return violation(s, "a release of " + std::to_string(h->credits) + " credits, when it holds " +
+                                    std::to_string(unused) + " unused");
+        m.release();
+        s->granted -= h->credits;
+        granted_total_ -= h->credits;
+        s->asked_back = false;
+        // Below its share now (with more clients than receives, none): in
+        // line again, as the server cannot tell when its next call comes.
+        want(s);
+        top_up();
         return;
     }
     default:
@@ -140,7 +158,28 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     wire::header out;
     out.id = h.id;
     std::span<const std::byte> inline_bytes;
-    if (status == 0 && response.size() > s->client_eager) {
+    // What the client's next receive holds (elastic receives: less than
+    // its eager size until it has grown them, client_room.cpp).
+    std::size_t room_now = room(*s);
+    // Lends `bytes` for the client to read (response_rts); if they cannot
+    // be registered, the call fails instead (`message` says why).
+    auto lend = [&](std::vector<std::byte> bytes, std::uint32_t code) {
+        try {
+            lent_response lent;
+            lent.registration = register_local_mr(pd_, bytes.data(), bytes.size(), access_flags::remote_read);
+            out.type = wire::frame::response_rts;
+            out.code = code;
+            out.size = bytes.size();
+            out.addr = reinterpret_cast<std::uint64_t>(bytes.data());
+            out.rkey = lent.registration.rkey();
+            lent.bytes = std::move(bytes);
+            s->lent.emplace(h.id, std::move(lent));
+        } catch (const std::exception& e) {
+            status = static_cast<std::uint32_t>(rpc_errc::handler_failed);
+            message = std::string("could not register the response for the client to read: ") + e.what();
+        }
+    };
+    if (status == 0 && response.size() > room_now) {
         if (response.size() > s->client_max_response) {
             status = static_cast<std::uint32_t>(rpc_errc::too_large);
             message = "a response of " + std::to_string(response.size()) + " bytes, over the client's max_response of " +
@@ -148,33 +187,28 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         } else {
             // The client reads it from here, then says done (which
             // returns the call's credit).
-            try {
-                lent_response lent;
-                lent.registration = register_local_mr(pd_, response.data(), response.size(), access_flags::remote_read);
-                out.type = wire::frame::response_rts;
-                out.size = response.size();
-                out.addr = reinterpret_cast<std::uint64_t>(response.data());
-                out.rkey = lent.registration.rkey();
-                lent.bytes = std::move(response);
-                s->lent.emplace(h.id, std::move(lent));
-            } catch (const std::exception& e) {
-                status = static_cast<std::uint32_t>(rpc_errc::handler_failed);
-                message = std::string("could not register the response for the client to read: ") + e.what();
-            }
+            lend(std::move(response), 0);
         }
     }
-    if (out.type != wire::frame::response_rts) {
+    if (status != 0 && message.size() > room_now && s->room_big != 0 && message.size() <= s->client_max_response) {
+        // An error's message longer than the client's receives: lent too
+        // (a client whose receives grow reads errors so).
+        auto text = std::as_bytes(std::span<const char>(message.data(), message.size()));
+        lend(std::vector<std::byte>(text.begin(), text.end()), status);
+    }
+    if (out.type == wire::frame::response_rts) {
+        ask_room(s, out.size);  // its grow goes first: the done answers it
+    } else {
         out.type = wire::frame::response;
         out.code = status;
         if (status != 0) {
-            if (message.size() > s->client_eager)
-                message.resize(s->client_eager);
+            if (message.size() > room_now)
+                message.resize(room_now);
             inline_bytes = std::as_bytes(std::span<const char>(message.data(), message.size()));
         } else {
             inline_bytes = response;
         }
-        --s->charged;
-        ++s->unreturned;
+        credit_back(s);
     }
     --s->active;
     co_await send_frame(s, out, inline_bytes);
@@ -184,6 +218,14 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
 void server_state::call_finished(session& s) {
     --s.active;
     --s.charged;
+    if (s.gone && s.granted > 0) {
+        // Its client is gone (drop() kept this call's credit, whose receive
+        // the handler held): back to the budget.
+        --s.granted;
+        --granted_total_;
+        if (!shut_)
+            top_up();
+    }
     answered(s);
 }
 
@@ -206,6 +248,11 @@ task<void> server_state::send_frame(std::shared_ptr<session> s, wire::header h, 
     if (!payload.empty())
         std::memcpy(buffer.data() + wire::header_size, payload.data(), payload.size());
     bool failed = false;
+    // Numbered as posted (the send is posted before this coroutine first
+    // suspends): frame n lands in the client's receive n.
+    ++s->frames_sent;
+    if (payload.size() > s->room_small)
+        ++s->big_frames;
     try {
         co_await s->conn.send(buffer.slice(0, wire::header_size + payload.size()));
     } catch (...) {

@@ -4,6 +4,8 @@
 // until stopped and shutting down. One call's life is in server_calls.cpp.
 #include "rpc/server_state.hpp"
 
+#include <limits>
+
 namespace cordma::rpc::detail {
 
 namespace {
@@ -37,6 +39,7 @@ server_state::server_state(builder& b, server_options options)
                              options_.eager_size + wire::header_size);
     if (srq)
         srq_ = cordma::shared_receive_queue(b, options_.receives, options_.eager_size + wire::header_size);
+    budget_ = srq ? options_.receives : std::numeric_limits<std::uint64_t>::max();
     heartbeat_memory_ = std::make_unique<std::byte[]>(8);
     heartbeat_ = register_local_mr(pd_, heartbeat_memory_.get(), 8, access_flags::remote_read);
 
@@ -45,7 +48,10 @@ server_state::server_state(builder& b, server_options options)
     wire::header hello;
     hello.type = wire::frame::hello;
     hello.credits = options_.credits;
-    hello.code = wire::version | (srq ? 0 : wire::hello_deferred_credits << 16);
+    // Credits always come in a credit frame: after the client's receives
+    // are posted (without the SRQ), or out of the budget its clients share
+    // (with it), which may have none free at the moment.
+    hello.code = wire::version | (wire::hello_deferred_credits << 16);
     hello.size = options_.eager_size;
     hello.addr = options_.max_request;
     hello.id = reinterpret_cast<std::uint64_t>(heartbeat_.data());
@@ -55,10 +61,20 @@ server_state::server_state(builder& b, server_options options)
     b.agent(false);
     b.private_data(std::span<const std::byte>(bytes));
     b.shared_receives(srq_);
-    // A client whose request finds no receive posted retries after this
-    // (only when the SRQ is full: soon, then) rather than 655 ms.
+    // A client whose request finds no receive posted (without the SRQ, or
+    // a client of another server on this builder) retries after this
+    // rather than 655 ms.
     if (b.settings().min_rnr_timer == 0)
         b.min_rnr_timer(12);
+    // The server's first frame to a client, its credits, may reach it
+    // before the client has posted its receives (rdma_cm sends the
+    // client's RTU before the client sees the connection established):
+    // its receiver-not-ready NAKs are retried until it has, which a client
+    // does at once (it posts room for every frame the server may send).
+    // A client that is gone is found by the transport's retries and the
+    // connection's events, never by these.
+    if (b.settings().rnr_retry == qp_defaults::rnr_retry)
+        b.rnr_retry(7);
     builder_ = b;
 }
 
@@ -186,7 +202,12 @@ void server_state::admit(cordma::connection c) {
     s->conn = c;
     s->peer = peer;
     s->qp_num = c.qp()->qp_num();
-    s->client_eager = hello->size;
+    if (hello->rkey != 0 && (hello->rkey <= hello->size || hello->rkey > (1u << 20)))
+        return refuse("its hello offers receives of " + std::to_string(hello->size) + " bytes growing to " +
+                      std::to_string(hello->rkey) + " (more, and at most 1 MiB)");
+    s->room_small = hello->size;
+    s->room_big = hello->rkey;
+    s->room_before = s->room_after = hello->size;
     s->client_max_response = hello->addr;
     if (srq_) {
         if (c.qp()->srq() != srq_.native_handle()) {
@@ -194,14 +215,6 @@ void server_state::admit(cordma::connection c) {
             throw std::logic_error("cordma::rpc::server::serve: the listener was not made from the builder given "
                                    "to the server (after the server was made): its connections do not receive "
                                    "through the server's shared receive queue");
-        }
-        if (!warned_receives_ && (sessions_.size() + 1) * options_.credits > options_.receives) {
-            warned_receives_ = true;
-            cordma::detail::logf(
-                log_level::warning,
-                "cordma::rpc::server: %zu clients x %u credits is more than the %zu receives: clients may "
-                "wait in receiver-not-ready retries (raise server_options::receives)",
-                sessions_.size() + 1, options_.credits, options_.receives);
         }
     }
     sessions_[s->qp_num] = s;
@@ -216,10 +229,15 @@ void server_state::admit(cordma::connection c) {
         spawn_detached(own_receives_loop(s), [](std::exception_ptr) {});
         // Its credits, now that its receives are posted (the client waits
         // for them: hello_deferred_credits).
+        s->granted = options_.credits;
         s->unreturned = options_.credits;
-        spawn_detached(send_frame(s, {.type = wire::frame::credit}, {}), [](std::exception_ptr) {});
+        granted_total_ += options_.credits;
+        send_credits(s);
         return;
     }
+    // Its share of the budget, now or when another client gives some back.
+    want(s);
+    top_up();
     if (auto it = early_.find(s->qp_num); it != early_.end()) {
         auto frames = std::move(it->second);
         early_.erase(it);
@@ -249,6 +267,20 @@ void server_state::drop(std::uint32_t qp_num, const std::string&, bool closing) 
     sessions_.erase(it);
     s->gone = true;
     s->lent.clear();
+    if (s->room_state == session::growth::grown)
+        --grown_clients_;
+    s->room_state = session::growth::refused;
+    // Its credits go back to the budget, but for the receives its running
+    // handlers still hold (each given back as its call ends).
+    std::uint32_t held = static_cast<std::uint32_t>(std::min<std::size_t>(s->active, s->granted));
+    granted_total_ -= s->granted - held;
+    s->granted = held;
+    if (srq_ && !shut_) {
+        // One client fewer: the others' shares may have grown.
+        for (auto& [qp, other] : sessions_)
+            want(other);
+        top_up();
+    }
     if (!s->conn.is_broken() && !closing)
         s->conn.shut_down();
     // Its calls still running answer nobody: serve() no longer waits for them.
@@ -314,6 +346,13 @@ void server_state::shut_down() noexcept {
     try {
         cordma::detail::run_and_wait(*event_listener_, [this] {
             shut_ = true;
+            if (reclaim_timer_)
+                reclaim_timer_->cancel();
+            reclaim_timer_.reset();
+            if (room_timer_)
+                room_timer_->cancel();
+            room_timer_.reset();
+            wanting_.clear();
             auto sessions = std::move(sessions_);
             for (auto& [qp, s] : sessions) {
                 s->gone = true;

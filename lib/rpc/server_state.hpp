@@ -14,6 +14,7 @@
 #include <coroutine>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -46,10 +47,30 @@ struct session {
     cordma::connection conn;
     std::string peer;
     std::uint32_t qp_num = 0;
-    std::size_t client_eager = 0;        // the largest inline response it takes
+    // Its receives (rpc_wire.hpp, "Elastic receives"): a frame numbered n
+    // (counting every frame sent to it, from 0) lands in a receive holding
+    // room_for(n) bytes of payload.
+    enum class growth : std::uint8_t { small, asked, grown, refused };
+    std::size_t room_small = 0;          // its hello's inline size
+    std::size_t room_big = 0;            // ... once grown (its hello; 0: never grows)
+    std::uint32_t client_receives = 0;   // how many it posts (its room answer)
+    growth room_state = growth::small;
+    std::uint64_t frames_sent = 0;
+    std::uint64_t room_switch = 0;       // from this frame on, room_after
+    std::size_t room_before = 0;
+    std::size_t room_after = 0;
+    std::uint64_t big_frames = 0;        // frames sent that needed more than room_small
+    std::uint64_t big_frames_seen = 0;   // ... at the last idle check
+    std::size_t room_for(std::uint64_t n) const noexcept { return n >= room_switch ? room_after : room_before; }
     std::uint64_t client_max_response = 0;
+    std::uint32_t granted = 0;           // credits it holds in any form (in use, unused, on their way back)
     std::uint32_t charged = 0;           // its calls holding a credit
     std::uint32_t unreturned = 0;        // credits to hand back with the next frame
+    bool wanting = false;                // in server_state::wanting_
+    bool asked_back = false;             // a credit frame asked for unused credits, not answered yet
+    std::uint64_t requests = 0;          // its requests so far
+    std::uint64_t requests_seen = 0;     // ... when server_state::reclaim() last looked
+    std::uint32_t idle_looks = 0;        // how many of its looks in a row found no new request
     std::size_t active = 0;              // calls whose handler runs (a response would carry credits)
     std::size_t in_progress = 0;         // calls not answered yet: what serve() waits for
     std::unordered_map<std::uint64_t, lent_response> lent;
@@ -83,6 +104,41 @@ private:
     task<void> run_call(std::shared_ptr<session> s, wire::header h, received_message m);
     task<void> send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload);
     void call_finished(session& s);
+    // Fair credits (docs/rpc.md, "Credits"): with the SRQ, every credit a
+    // client holds is one of the SRQ's receives, so the credits granted in
+    // all never pass budget_ and the SRQ never runs dry.
+    /// What each client may hold now: the budget shared by the clients, at
+    /// least 1 and at most server_options::credits.
+    std::uint32_t fair_share() const noexcept;
+    /// More clients than receives: the credits go round, one at most each.
+    bool scarce() const noexcept;
+    /// Puts `s` at the end of the queue for credits if it is below its share.
+    void want(const std::shared_ptr<session>& s);
+    /// Hands the budget's free credits to the clients waiting for them, in
+    /// turn; asks idle clients for theirs if some still wait.
+    void top_up();
+    /// A call of `s` no longer holds its credit: back to `s`, or kept for a
+    /// client waiting for one when `s` holds more than its share.
+    void credit_back(const std::shared_ptr<session>& s);
+    /// Asks clients holding unused credits beyond their share for them
+    /// (again every 100 ms while clients wait and the budget is spent).
+    void reclaim();
+    void send_credits(const std::shared_ptr<session>& s, std::uint32_t ask_back = 0);
+    // Elastic client receives (client_room.cpp).
+    /// The payload that fits inline in `s`'s next frame.
+    std::size_t room(const session& s) const noexcept { return s.room_for(s.frames_sent); }
+    /// A response of `bytes` goes by rendezvous for want of room: asks `s`
+    /// to grow its receives (once, until they shrink again).
+    void ask_room(const std::shared_ptr<session>& s, std::size_t bytes);
+    /// A done frame's room answer (addr, size); false if it is not a valid
+    /// one (a violation).
+    bool take_room(const std::shared_ptr<session>& s, const wire::header& h, std::string& why);
+    /// Once a second while some client is grown: shrinks those whose room
+    /// no frame needed since the last look.
+    void check_rooms();
+    void arm_room_timer();
+    void set_room(session& s, std::uint64_t from, std::size_t size) noexcept;
+    void send_header_frame(const std::shared_ptr<session>& s, wire::frame type);
     /// A call is answered (or its client gone): serve() may stop waiting.
     void answered(session& s);
     /// Resumes serve() waiting for the calls in progress, once there are none.
@@ -112,9 +168,14 @@ private:
     std::unordered_set<std::uint32_t> dropped_;
     std::vector<listener> listeners_;  // being served: closed by shut_down
     std::size_t active_ = 0;
+    std::uint64_t budget_ = 0;         // the SRQ's receives (unbounded without it)
+    std::uint64_t granted_total_ = 0;  // sum of the sessions' granted
+    std::deque<std::shared_ptr<session>> wanting_;
+    std::shared_ptr<cordma::event_listener::timer> reclaim_timer_;
+    std::shared_ptr<cordma::event_listener::timer> room_timer_;
+    std::size_t grown_clients_ = 0;
     std::vector<std::coroutine_handle<>> idle_waiters_;
     bool loops_started_ = false;
-    bool warned_receives_ = false;
     bool shut_ = false;
 };
 

@@ -10,6 +10,7 @@
 #include <cordma/task_group.hpp>
 
 #include "engine/waiter_queue.hpp"
+#include "link/link_hello.hpp"
 #include "stream/stream_state.hpp"
 #include "log/logf.hpp"
 
@@ -19,6 +20,7 @@ using detail::stream_state;
 
 task<stream> stream::connect(builder b, std::string address, stream_options options) {
     detail::check_stream_options(options, "cordma::stream::connect");
+    detail::wait_for_receivers(b);
     cordma::connection c;
     std::optional<connect_error> refused;
     try {
@@ -48,6 +50,7 @@ task<stream> stream::connect(builder b, std::string address, stream_options opti
 
 stream_listener stream::serve(builder b, std::string_view address, stream_options options) {
     detail::check_stream_options(options, "cordma::stream::serve");
+    detail::wait_for_receivers(b);
     listener l = b.listen(address);
     return stream_listener(std::move(b), std::move(l), options);
 }

@@ -207,7 +207,7 @@ task<void> stream_state::write_frame(std::span<const std::byte> bytes, local_sli
     h.seq = ++next_seq_;
     keepalive_scope alive(this);
     frames_sent_.fetch_add(1, std::memory_order_relaxed);
-    if (bytes.size() <= link_->eager_size()) {
+    if (bytes.size() <= link_->inline_room()) {
         co_await link_->send_inline(h, bytes, token);
     } else if (registered.block()) {
         co_await link_->send(h, registered, token);
@@ -250,12 +250,14 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
                 throw_failure();
             std::size_t left = bytes.size() - offset;
             bool copied = !registered.block() && left < options_.register_size;
+            if (copied && link_->needs_room(std::min(batch_.size() + left, link_->eager_size())))
+                co_await link_->make_room(std::min(batch_.size() + left, link_->eager_size()), token);
             if (copied && !batch_waiting() && link_->can_send_now()) {
-                std::size_t n = std::min(left, link_->eager_size());
+                std::size_t n = std::min(left, link_->inline_room());
                 co_await write_frame(bytes.subspan(offset, n), {}, token);
                 offset += n;
-            } else if (copied && batch_.size() < link_->eager_size()) {
-                std::size_t n = std::min(left, link_->eager_size() - batch_.size());
+            } else if (copied && batch_.size() < link_->inline_room()) {
+                std::size_t n = std::min(left, link_->inline_room() - batch_.size());
                 batch_.insert(batch_.end(), bytes.begin() + offset, bytes.begin() + offset + n);
                 offset += n;
                 if (!flushing_) {
@@ -401,7 +403,7 @@ task<std::shared_ptr<stream_state>> open_stream(cordma::builder b, stream_option
     auto state = std::make_shared<stream_state>(b, options, conn);
     auto pool = b.pool();
     link_terms mine{options.window, options.inline_size};
-    receive_queue queue(conn, peer_link::receive_count(mine.window), peer_link::frame_size(mine.inline_size), pool);
+    receive_queue queue(conn, peer_link::receive_count(mine.window), peer_link::first_frame_size(mine.inline_size), pool);
     link_terms theirs = co_await exchange_hello(conn, &queue, pool, stream_hello_mark, mine,
                                                 b.settings().connect_timeout, token, accepting);
     state->set_link(open_link(state, 0, "stream peer " + conn.peer(), conn, std::move(queue), pool, mine, theirs));

@@ -41,7 +41,12 @@ public:
 
     const std::string& peer() const noexcept { return peer_; }
     const cordma::connection& connection() const noexcept { return conn_; }
-    void set_link(std::shared_ptr<peer_link> l) { link_ = std::move(l); }
+    /// Holds the link, then starts it: a frame already waiting may fail
+    /// this stream at once, and fail() must find the link to close.
+    void set_link(std::shared_ptr<peer_link> l) {
+        link_ = std::move(l);
+        link_->start();
+    }
     const stream_options& options() const noexcept { return options_; }
     stream_statistics statistics() const noexcept {
         return {bytes_written_.load(std::memory_order_relaxed), bytes_read_.load(std::memory_order_relaxed),

@@ -9,6 +9,9 @@
 #             operation and every module runs (tests/faults/mixed_guest.sh):
 #             every byte checked, nothing fails (RC retransmission recovers)
 #   reorder   the same under 1% loss, 20 ms delay and reordering
+#   starve    the same with no netem, on loaded hosts (a busy loop on each),
+#             every server process on host 1 stopped for 4 s mid-traffic:
+#             a slow live peer, which no client may take for a dead one
 #   linkdown  2 VMs; host 1's link goes down under 1,000 operations in
 #             flight from host 2, just as host 1 replies to one (so its own
 #             connection ends while its link is down): all of host 2's fail
@@ -37,7 +40,7 @@ retry_ms=$(( (6 + 1) * 4096 * (1 << 14) / 1000000 ))
 linkdown_limit=$(( 4 * retry_ms + 1000 ))
 # A host whose emulated NIC stalls is booted again by rxe-vm itself.
 mixed() {  # NETEM...
-  vm -n 2 -t 420 -- env SRC="$src" BUILD="$build" NETEM="$*" SECONDS_OF_TRAFFIC=20 \
+  vm -n 2 -t 420 -- env SRC="$src" BUILD="$build" NETEM="$*" STARVE="${STARVE:-}" SECONDS_OF_TRAFFIC=20 \
     STREAM_BYTES=$((16 << 20)) RPC_CALLS=2000 sh "$src/tests/faults/mixed_guest.sh"
 }
 case "$scenario" in
@@ -49,6 +52,9 @@ case "$scenario" in
   # microseconds, not seconds; 64 packets are about 25 ms here.
   loss)    mixed limit 64 loss 5% ;;
   reorder) mixed loss 1% delay 20ms reorder 5% 50% ;;
+  # A slow live peer is not a dead one: every server stopped for 4 s on a
+  # loaded host, every client carries on (the dead one: poweroff below).
+  starve)  STARVE=4 mixed ;;
   linkdown)
     echo "faults.sh: retry time of the default settings: (6 + 1) x 4.096 us x 2^14 = $retry_ms ms; limit $linkdown_limit ms"
     vm -n 2 -t 420 -- env BUILD="$build" SCENARIO=linkdown LIMIT_MS=$linkdown_limit sh "$src/tests/faults/pressure_guest.sh" ;;

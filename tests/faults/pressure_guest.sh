@@ -17,7 +17,9 @@ case "$SCENARIO.$RXE_VM_HOST" in
     exec "$fp" pressure 10.78.0.1:7620 --ops 1000 --fail-within "$LIMIT_MS" --reconnect ;;
   poweroff.1)
     # The survivor: serves host 3's traffic (4 connections) and, once that
-    # runs, puts 1,000 operations in flight to host 2.
+    # runs, puts 1,000 operations in flight to host 2. It is loaded (a busy
+    # loop shares its one vCPU), as the dead host must be found all the same.
+    yes > /dev/null &
     exec "$fp" serve 10.78.0.1:7620 --clients 4 --pressure-to 10.78.0.2:7620 --ops 1000 --fail-within "$LIMIT_MS" ;;
   poweroff.2)
     # 50 echoes in, this host is gone at once: no disconnect reaches

@@ -174,12 +174,23 @@ double ms_between(clock_type::time_point a, clock_type::time_point b) {
 
 /// Connects, retrying while nothing answers there yet (the other VM may be
 /// booting, or its link just came back).
+/// Each attempt's failure is printed when it differs from the one before
+/// (a run that fails names every step it went through, not only its last).
 connection connect_retrying(builder& b, const std::string& address, std::chrono::seconds limit) {
-    auto until = clock_type::now() + limit;
-    for (;;) {
+    auto began = clock_type::now();
+    auto until = began + limit;
+    std::string last_error;
+    for (int attempt = 1;; ++attempt) {
+        auto tried = clock_type::now();
         try {
             return sync_wait(b.connect(address));
         } catch (const std::system_error& e) {
+            if (e.what() != last_error) {
+                std::printf("fault_peer: connect attempt %d to %s, %.0f ms in, failed after %.0f ms: %s\n", attempt,
+                            address.c_str(), ms_between(began, tried), ms_between(tried, clock_type::now()), e.what());
+                std::fflush(stdout);
+                last_error = e.what();
+            }
             if (clock_type::now() > until)
                 throw std::runtime_error("could not connect to " + address + " within " +
                                          std::to_string(limit.count()) + " s: " + e.what());

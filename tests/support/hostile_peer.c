@@ -1026,7 +1026,7 @@ static int tcp_scenario(const char *name) {
 
 /* ---- cordma::rpc (little-endian 48-byte headers; rpc_wire.hpp) ------- */
 
-enum { rpc_hello = 1, rpc_request = 2, rpc_request_rts = 3, rpc_response = 4, rpc_done = 6 };
+enum { rpc_hello = 1, rpc_request = 2, rpc_request_rts = 3, rpc_response = 4, rpc_done = 6, rpc_credit = 7 };
 
 static void rpc_header(uint8_t *p, uint8_t type, uint64_t id, uint32_t code, uint64_t size, uint64_t addr,
                        uint32_t rkey) {
@@ -1070,7 +1070,19 @@ static rpc_server_hello_t rpc_connect(link_t *l, const uint8_t *hello, uint8_t l
 static rpc_server_hello_t rpc_connect_good(link_t *l) {
     uint8_t hello[48];
     rpc_header(hello, rpc_hello, 0, 1, 4096, 1 << 20, 0);
-    return rpc_connect(l, hello, sizeof hello);
+    rpc_server_hello_t h = rpc_connect(l, hello, sizeof hello);
+    /* A server whose hello defers its credits (code >> 16, bit 0: every
+     * cordma server now) grants them in its first frame, a credit frame:
+     * a client sends nothing before it. */
+    if (l->private_data_len >= 48 && (get_le32(l->private_data + 16) >> 16) & 1) {
+        uint8_t *m = NULL;
+        int n = receive_message(l, &m, 10000);
+        if (n != 48 || m[3] != rpc_credit)
+            fail("expected the server's first credit frame, got %d bytes (type %d)", n, n >= 4 ? m[3] : -1);
+        h.credits = get_le32(m + 4);
+        note("granted %u credits by the server's first credit frame", h.credits);
+    }
+    return h;
 }
 
 static void rpc_violation(const uint8_t *frame, size_t length, const char *what) {
@@ -1248,6 +1260,15 @@ static int stream_scenario(const char *name) {
         // server sizes its send slots by them.
         stream_connect(&data, &control);
         stream_send_hello(&data, 4096, 1 << 20, STREAM_MARK);
+    } else if (strcmp(name, "stream-ack-with-hello") == 0) {
+        // The bad credit right behind the hello, before the server's hello:
+        // it waits in the server's receives while the link is opened, and
+        // is handled the moment the link starts. The stream must still be
+        // closed (a link started before its stream held it was not).
+        stream_connect(&data, &control);
+        stream_send_hello(&data, 16, 16384, STREAM_MARK);
+        link_header(f, link_credit, 0, 0, 1000, 0, 0, 0, 0);
+        send_expecting_success(&data, f, 48, "a credit acknowledging 1000 frames right behind the hello");
     } else if (strcmp(name, "stream-silent") == 0) {
         // Connected, and never a hello: the server's accept must give up.
         stream_connect(&data, &control);
@@ -1275,11 +1296,12 @@ static int stream_scenario(const char *name) {
             link_header(f, link_rts, 10, 1, 0, 0, 1 << 20, 0x10000, 0x1badcafe);
             send_expecting_success(&data, f, 48, "an rts for 1 MiB at a forged address and rkey");
         } else {
-            // Over the server's 16 KiB inline size + header: the receive
+            // Over the server's 16 KiB inline size + header, and over the
+            // 256-byte receives a link posts before it grows: the receive
             // fails on the server's device.
             link_header(big, link_data, 10, 1, 0, 0, sizeof big - 48, 0, 0);
             int status = send_message(data.qp, data.send_cq, big, sizeof big);
-            note("sent a %zu-byte data frame (the receives hold 16432): %s", sizeof big,
+            note("sent a %zu-byte data frame (the receives hold 256 until grown, 16432 at most): %s", sizeof big,
                  status < 0 ? "no completion" : ibv_wc_status_str((enum ibv_wc_status)status));
         }
     } else {
@@ -1303,7 +1325,7 @@ static const char *const scenarios[] = {
     "rpc-reserved", "rpc-length-mismatch", "rpc-oversize", "rpc-server-frame", "rpc-done-unknown",
     "rpc-credit-overrun", "rpc-rts-too-large", "rpc-forged-rts", "rpc-heartbeat-write",
     "stream-bad-hello", "stream-wrong-module", "stream-window-zero", "stream-huge-window", "stream-silent",
-    "stream-bad-frame", "stream-unknown-op", "stream-ack-beyond", "stream-forged-rts", "stream-oversize",
+    "stream-bad-frame", "stream-unknown-op", "stream-ack-beyond", "stream-ack-with-hello", "stream-forged-rts", "stream-oversize",
 };
 
 int main(int argc, char **argv) {

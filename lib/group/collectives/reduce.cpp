@@ -90,10 +90,18 @@ task<void> flat_all_reduce(std::shared_ptr<group_core> core, local_slice send, l
     } else {
         if (size != 0 && recv.data() != send.data())
             std::memmove(recv.data(), send.data(), size);
+        local_slice incoming;  // for a part that came as an rts (the link's receives not grown yet)
         for (int p = 1; p < n; ++p) {
             peer_link& from = core->link(p);
             inbound_frame f = co_await from.take(expect(*core, 0, size, 0, tag), c.token);
-            combine(type, op, recv.data(), f.message.data() + link_wire::header_size, size);
+            const std::byte* in = f.message.data() + link_wire::header_size;
+            if (f.header.type == link_wire::frame::rts) {
+                if (!incoming.block())
+                    incoming = core->scratch(size);
+                co_await from.fetch(f, incoming);
+                in = incoming.data();
+            }
+            combine(type, op, recv.data(), in, size);
             from.finish(f);
         }
     }
