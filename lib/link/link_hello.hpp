@@ -64,7 +64,8 @@ task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, s
                                 std::stop_token token, bool accepting);
 
 /// The link both hellos describe: receives from `queue` (already sized for
-/// mine: receive_count(mine.window) of frame_size(mine.inline_size)), send
+/// mine: receive_count(mine.window) of first_frame_size(mine.inline_size),
+/// grown later on the peer's request), send
 /// slots for the peer's window and size. Not started: the owner stores it
 /// where its fail() finds it first, then calls start(). The peer's first
 /// frames may already be waiting, and start() handles them at once: a
