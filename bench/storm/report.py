@@ -74,10 +74,30 @@ def record(args):
     print(json.dumps(rec))
 
 
-def report(raw, meta, out):
+def qp_cost_table(path):
+    """bench/storm/qp_create_cost's lines: what each QP capacity costs."""
+    rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
+    if not rows:
+        return [], rows
+    base = rows[0]["create_ms"]
+    lines = ["", f"What a queue pair costs to create on this device by its capacity (bench/storm/qp_create_cost, "
+             f"raw verbs, {rows[0]['qps']} QPs each, one after another, in the same boot; ms per QP). A storm "
+             "on one host is CPU-bound, and every connection creates two (one each side), so the difference "
+             "between the plain and depth-1 rows above is mostly this.", "",
+             "| send + recv WRs | SGEs | inline | create ms | vs 1 + 1 | modify to INIT ms | destroy ms | |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['send_wr']} + {r['recv_wr']} | {r['send_sge']}/{r['recv_sge']} | {r['inline']} | "
+                     f"{r['create_ms']:.3f} | {r['create_ms'] / base:.1f}x | {r['init_ms']:.3f} | "
+                     f"{r['destroy_ms']:.3f} | {r['what']} |")
+    return lines, rows
+
+
+def report(raw, meta, out, qp_cost=None):
     recs = [json.loads(l) for l in open(raw) if l.strip()]
     info = json.load(open(meta))
-    json.dump({"meta": info, "records": recs}, open(out + ".json", "w"), indent=1)
+    cost_lines, cost_rows = qp_cost_table(qp_cost) if qp_cost else ([], [])
+    json.dump({"meta": info, "records": recs, "qp_create_cost": cost_rows}, open(out + ".json", "w"), indent=1)
     ok = [r for r in recs if r["rc"] == 0 and r["result"] and r["result"].get("per_s")]
     failed = [r for r in recs if r not in ok]
 
@@ -118,6 +138,15 @@ def report(raw, meta, out):
             m = lambda k: fmt(statistics.median(d.get(k, 0) for d in dev))
             lines.append(f"| {n} | {kind} | {m('sent_pkts')} | {m('send_rnr_err')} | {m('completer_retry_err')} | "
                          f"{m('retry_exceeded_err')} | {m('rcvd_seq_err')} |")
+    spread = []
+    for n in info["connections"]:
+        for impl in ("cmtime", "plain", "plain1"):
+            v = [r["result"]["per_s"] for r in ok if r["impl"] == impl and r["connections"] == n]
+            if len(v) > 1:
+                spread.append(f"{impl} x{n} {min(v):.0f}-{max(v):.0f}")
+    if spread:
+        lines += ["", "Spread over the rounds (conn/s, lowest-highest): " + "; ".join(spread) + "."]
+    lines += cost_lines
     if failed:
         lines += ["", f"{len(failed)} measurement(s) failed (in {out.split('/')[-1]}.json):"]
         lines += [f"- round {r['round']} {r['impl']} x{r['connections']}: status {r['rc']}" for r in failed]
@@ -131,11 +160,12 @@ def main():
     ap.add_argument("--raw")
     ap.add_argument("--meta")
     ap.add_argument("--out")
+    ap.add_argument("--qp-cost", help="qp_create_cost's output (optional)")
     a = ap.parse_args()
     if a.record:
         record(a.record)
     elif a.raw and a.meta and a.out:
-        report(a.raw, a.meta, a.out)
+        report(a.raw, a.meta, a.out, a.qp_cost)
     else:
         ap.error("--record ..., or --raw, --meta and --out")
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "verbs/gid_table.hpp"
+
 namespace cordma::detail {
 
 const char* to_string(endpoint_exchange how) noexcept {
@@ -42,10 +44,9 @@ std::string list(const std::vector<usable_gid>& gids) {
 std::vector<usable_gid> usable_gids(const device_context& device, std::uint8_t port, int family) {
     std::vector<usable_gid> out;
     ibv_port_attr attr = device.query_port(port);
-    for (int index = 0; index < attr.gid_tbl_len; ++index) {
-        ibv_gid_entry entry{};
-        if (ibv_query_gid_ex(device.native_handle(), port, static_cast<std::uint32_t>(index), &entry, 0) != 0)
-            continue;  // an empty slot
+    for (const ibv_gid_entry& entry :
+         gid_entries(device.native_handle(), port, attr.gid_tbl_len, device.attributes().phys_port_cnt)) {
+        int index = static_cast<int>(entry.gid_index);
         if (attr.link_layer == IBV_LINK_LAYER_ETHERNET && entry.gid_type != IBV_GID_TYPE_ROCE_V2)
             continue;
         if (attr.link_layer == IBV_LINK_LAYER_ETHERNET && (family == AF_INET) != is_v4_mapped(entry.gid))

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "verbs/check.hpp"
+#include "verbs/gid_table.hpp"
 
 namespace cordma {
 
@@ -165,10 +166,8 @@ int device_context::find_gid_index(std::uint8_t port, int family) const {
         return 0;
     static constexpr unsigned char v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     int link_local = -1;
-    for (int index = 0; index < attr.gid_tbl_len; ++index) {
-        ibv_gid_entry entry{};
-        if (ibv_query_gid_ex(context_, port, static_cast<std::uint32_t>(index), &entry, 0) != 0)
-            continue;  // an empty slot in the table
+    for (const ibv_gid_entry& entry : detail::gid_entries(context_, port, attr.gid_tbl_len, attributes().phys_port_cnt)) {
+        int index = static_cast<int>(entry.gid_index);
         if (entry.gid_type != IBV_GID_TYPE_ROCE_V2)
             continue;
         const unsigned char* raw = entry.gid.raw;
