@@ -3,6 +3,7 @@
 // accessors, and the deadline and keepalives every call runs under.
 #include "c_api/c_context.hpp"
 #include "c_api/c_arrivals.hpp"
+#include "connect/qp_settings.hpp"
 #include "link/link_hello.hpp"
 #include "log/logf.hpp"
 

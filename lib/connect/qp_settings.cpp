@@ -177,4 +177,9 @@ qp_connect_options qp_options(const connection_settings& s, const device_context
     return role == qp_role::control ? control_qp_options(o) : o;
 }
 
+void wait_for_receivers(builder& b) {
+    if (b.settings().rnr_retry == qp_defaults::rnr_retry)
+        b.rnr_retry(7);
+}
+
 }  // namespace cordma::detail

@@ -65,6 +65,17 @@ inline qp_connect_options control_qp_options(qp_connect_options data) noexcept {
     return data;
 }
 
+/// Sets `b` up for connections whose owner finds a dead peer itself (a
+/// link's keepalive, its owner's peer_timeout, 10 s by default; the rpc
+/// server's liveness read): a peer slow to post its receives (its process
+/// stopped or starved of CPU, or a client whose receives are posted just
+/// after the server's first frame) is waited for as long as it takes
+/// (rnr_retry 7, "forever"), unless the builder set another count. 6
+/// retries of 655 ms gave up on a peer stopped for 4 s; a host that is
+/// gone sends no receiver-not-ready NAK at all, so the retry count still
+/// finds it. Used by stream, group, the C API and the rpc server.
+void wait_for_receivers(builder& b);
+
 /// The agent's control QP: its flow control keeps at most a window of
 /// messages and two acks unread at the peer (docs/agent-protocol.md), and
 /// every receive is re-posted as soon as its message is handled.

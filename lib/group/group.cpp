@@ -10,6 +10,7 @@
 
 #include <cordma/error.hpp>
 
+#include "connect/qp_settings.hpp"
 #include "group/bootstrap/group_bootstrap.hpp"
 #include "group/group_core.hpp"
 #include "group/group_formation.hpp"

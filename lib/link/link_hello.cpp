@@ -9,11 +9,6 @@
 
 namespace cordma::detail {
 
-void wait_for_receivers(builder& b) {
-    if (b.settings().rnr_retry == qp_defaults::rnr_retry)
-        b.rnr_retry(7);
-}
-
 namespace wire = link_wire;
 
 namespace {

@@ -41,15 +41,6 @@ struct link_terms {
     std::size_t inline_size = 0;   // the largest inline payload its receives hold
 };
 
-/// Sets `b` up for a link's connections: a peer slow to post its receives
-/// (its process stopped or starved of CPU) is waited for as long as it
-/// takes (rnr_retry 7, "forever", unless the builder set another count):
-/// 6 retries of 655 ms gave up on a peer stopped for 4 s, while the link's
-/// keepalive (its owner's peer_timeout, 10 s by default) is what finds a
-/// peer gone, and a host that is gone sends no receiver-not-ready NAK at
-/// all (the retry count finds it).
-void wait_for_receivers(builder& b);
-
 /// Sends `mine` and takes the peer's hello from `queue` within `timeout`;
 /// throws std::system_error (protocol_error) saying what is wrong with it
 /// (another module's mark, a window or size out of range). The accepting

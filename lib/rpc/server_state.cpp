@@ -6,6 +6,8 @@
 
 #include <limits>
 
+#include "connect/qp_settings.hpp"
+
 namespace cordma::rpc::detail {
 
 namespace {
@@ -73,8 +75,7 @@ server_state::server_state(builder& b, server_options options)
     // does at once (it posts room for every frame the server may send).
     // A client that is gone is found by the transport's retries and the
     // connection's events, never by these.
-    if (b.settings().rnr_retry == qp_defaults::rnr_retry)
-        b.rnr_retry(7);
+    cordma::detail::wait_for_receivers(b);
     builder_ = b;
 }
 

@@ -9,6 +9,7 @@
 #include <cordma/error.hpp>
 #include <cordma/task_group.hpp>
 
+#include "connect/qp_settings.hpp"
 #include "engine/waiter_queue.hpp"
 #include "link/link_hello.hpp"
 #include "stream/stream_state.hpp"
