@@ -17,7 +17,7 @@
 namespace cordma::detail {
 
 namespace wire = link_wire;
-using clock = std::chrono::steady_clock;
+using clock = coarse_clock;
 
 namespace {
 
