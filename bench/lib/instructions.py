@@ -55,7 +55,7 @@ DELETE_RE = re.compile(r"^operator delete(\[\])?\(")
 def object_group(ob):
     """The report's column for an ELF object (a path as callgrind names it)."""
     base = os.path.basename(ob)
-    if base.startswith("libcordma.so") or base == "cordma-perf":
+    if base.startswith("libcordma.so") or base in ("cordma-perf", "cordma_module_messages"):
         return "cordma"
     if base.startswith("libibverbs.so"):
         return "libibverbs"

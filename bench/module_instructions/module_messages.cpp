@@ -1,0 +1,366 @@
+// cordma_module_messages: one message of each module, repeated, for
+// bench/module_instructions/run, which runs it under callgrind with two
+// message counts and reports the difference per message (issue 33 item 1:
+// "see it first, deterministically").
+//
+// Usage: cordma_module_messages --test T -n N [--warmup W] [--addr IP]
+//                               [-d DEVICE] [--port P] [--timeout S]
+//   send     the engine: an 8 B SEND ping-pong between two connections,
+//            each side's receives kept posted by a receive_queue
+//   rpc      cordma::rpc: a 64 B call to an echo handler (inline on the
+//            server's event listener, the default), both sides
+//   stream   cordma::stream: a 64 B write answered by the peer's 64 B
+//            write, each read with read_exactly, both sides
+//   barrier  cordma::group of 2: a barrier, both ranks
+//   bcast    cordma::group of 2: an 8 B broadcast from rank 0, both ranks
+//   c        the C API (cordma.h): cordma_send and cordma_recv of 64 B,
+//            answered the same way, both contexts
+// Each test runs W + N round trips after setting up, then tears down. Both
+// ends live in this one process, each on its own builder (its own event
+// listener thread, as two processes would have), over the device's
+// loopback: callgrind counts every thread, so a message's figure is what
+// both sides spend on it (a request and its answer: one round trip). The
+// setup and teardown are the same for any N, and cancel out in the
+// difference of two runs.
+//
+// Every message is checked (its bytes carry the round trip's number), so
+// a wrong or lost message fails the run (exit 1). Defaults: the builders'
+// (event polling, no spinning: instructions then follow messages, not
+// time), the modules' default options. Every wait is bounded: a watchdog
+// ends the process with status 3 after --timeout seconds (default 1200;
+// callgrind runs the program about 50x slower).
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cordma/builder.hpp>
+#include <cordma/cordma.h>
+#include <cordma/group.hpp>
+#include <cordma/receive_queue.hpp>
+#include <cordma/rpc.hpp>
+#include <cordma/stream.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+
+#include "../lib/bench_options.hpp"
+
+using namespace cordma;
+using cordma_bench::usage_error;
+
+namespace {
+
+struct config {
+    std::string test;
+    long n = 0;
+    long warmup = 100;
+    std::string addr;
+    std::string device;
+    long port = 7790;
+    long timeout_s = 1200;
+};
+
+void usage(std::FILE* out) {
+    std::fprintf(out,
+                 "usage: cordma_module_messages --test send|rpc|stream|barrier|bcast|c -n N [--warmup W]\n"
+                 "                              [--addr IP] [-d DEVICE] [--port P] [--timeout S]\n"
+                 "  --addr defaults to $RXE_VM_ADDR, then $CORDMA_TEST_ADDR; --port is the first of the\n"
+                 "  two the group test listens on (default 7790)\n");
+}
+
+[[noreturn]] void fail(const std::string& why) {
+    std::fprintf(stderr, "cordma_module_messages: %s\n", why.c_str());
+    std::exit(1);
+}
+
+builder make_builder(const config& cfg) {
+    builder b;
+    if (!cfg.device.empty())
+        b.device(cfg.device);
+    return b;
+}
+
+/// Round trip `i`'s bytes: its number, then a pattern of it.
+void fill(std::byte* p, std::size_t size, std::uint64_t i) {
+    for (std::size_t k = 0; k < size; ++k)
+        p[k] = static_cast<std::byte>((i + k) & 0xff);
+    if (size >= sizeof i)
+        std::memcpy(p, &i, sizeof i);
+}
+
+bool matches(const std::byte* p, std::size_t size, std::uint64_t i) {
+    std::vector<std::byte> want(size);  // not on the measured path's budget: a checked copy
+    fill(want.data(), size, i);
+    return std::memcmp(p, want.data(), size) == 0;
+}
+
+// ---- send: the engine ------------------------------------------------------
+
+task<void> send_answerer(connection c, local_mr out, long count, std::atomic<bool>* ready) {
+    receive_queue rq(c, 16, 64);
+    ready->store(true);
+    ready->notify_all();  // the asker sends once this side's receives are posted
+    for (long i = 0; i < count; ++i) {
+        received_message m = co_await rq.next();
+        std::memcpy(out.data(), m.bytes().data(), 8);
+        m.release();
+        co_await c.send(out.slice(0, 8));
+    }
+}
+
+task<void> send_asker(connection c, local_mr out, long count) {
+    receive_queue rq(c, 16, 64);
+    for (long i = 0; i < count; ++i) {
+        std::uint64_t k = static_cast<std::uint64_t>(i);
+        std::memcpy(out.data(), &k, sizeof k);
+        co_await c.send(out.slice(0, 8));
+        received_message m = co_await rq.next();
+        std::uint64_t back = 0;
+        std::memcpy(&back, m.bytes().data(), sizeof back);
+        if (m.bytes().size() != 8 || back != k)
+            fail("send: round trip " + std::to_string(i) + " came back wrong");
+    }
+}
+
+void run_send(const config& cfg, long count) {
+    builder sb = make_builder(cfg), cb = make_builder(cfg);
+    listener l = sb.listen(cfg.addr + ":0");
+    std::atomic<bool> ready{false};
+    std::thread server([&] {
+        connection c = sync_wait(l.accept());
+        sync_wait(send_answerer(c, sb.pool()->allocate(64), count, &ready));
+        sync_wait(c.close());
+    });
+    connection c = sync_wait(cb.connect(l.address()));
+    ready.wait(false);  // bounded by the watchdog
+    sync_wait(send_asker(c, cb.pool()->allocate(64), count));
+    server.join();
+    sync_wait(c.close());
+}
+
+// ---- rpc --------------------------------------------------------------------
+
+task<void> rpc_caller(rpc::client& c, long count) {
+    std::vector<std::byte> request(64);
+    for (long i = 0; i < count; ++i) {
+        fill(request.data(), request.size(), static_cast<std::uint64_t>(i));
+        std::vector<std::byte> response = co_await c.call(1, request);
+        if (response != request)
+            fail("rpc: call " + std::to_string(i) + " came back wrong");
+    }
+}
+
+void run_rpc(const config& cfg, long count) {
+    builder sb = make_builder(cfg), cb = make_builder(cfg);
+    rpc::server server(sb);
+    server.handle(1, "echo", [](rpc::request r) -> task<std::vector<std::byte>> {
+        co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
+    });
+    listener l = sb.listen(cfg.addr + ":0");
+    std::stop_source stop;
+    std::thread serving([&] { sync_wait(server.serve(l, stop.get_token())); });
+    rpc::client c = sync_wait(rpc::client::connect(cb, l.address()));
+    sync_wait(rpc_caller(c, count));
+    sync_wait(c.close());
+    stop.request_stop();
+    serving.join();
+}
+
+// ---- stream -----------------------------------------------------------------
+
+task<void> stream_answerer(stream s, long count) {
+    std::vector<std::byte> buf(64);
+    for (long i = 0; i < count; ++i) {
+        co_await s.read_exactly(buf);
+        co_await s.write(buf);
+    }
+    co_await s.close();
+}
+
+task<void> stream_asker(stream s, long count) {
+    std::vector<std::byte> out(64), in(64);
+    for (long i = 0; i < count; ++i) {
+        fill(out.data(), out.size(), static_cast<std::uint64_t>(i));
+        co_await s.write(out);
+        co_await s.read_exactly(in);
+        if (in != out)
+            fail("stream: round trip " + std::to_string(i) + " came back wrong");
+    }
+    co_await s.close();
+}
+
+void run_stream(const config& cfg, long count) {
+    builder sb = make_builder(cfg), cb = make_builder(cfg);
+    stream_listener l = stream::serve(sb, cfg.addr + ":0");
+    std::thread server([&] { sync_wait(stream_answerer(sync_wait(l.accept()), count)); });
+    sync_wait(stream_asker(sync_wait(stream::connect(cb, l.address())), count));
+    server.join();
+}
+
+// ---- group of 2 ---------------------------------------------------------------
+
+task<void> group_rounds(group& g, bool broadcast, long count) {
+    local_mr buf = g.allocate(64);
+    for (long i = 0; i < count; ++i) {
+        std::uint64_t k = static_cast<std::uint64_t>(i);
+        if (!broadcast) {
+            co_await g.barrier();
+            continue;
+        }
+        if (g.rank() == 0)
+            std::memcpy(buf.data(), &k, sizeof k);
+        co_await g.broadcast(buf.slice(0, 8), 0);
+        std::uint64_t got = 0;
+        std::memcpy(&got, buf.data(), sizeof got);
+        if (got != k)
+            fail("bcast: round " + std::to_string(i) + " delivered " + std::to_string(got) + " to rank " +
+                 std::to_string(g.rank()));
+    }
+}
+
+void run_group(const config& cfg, long count, bool broadcast) {
+    std::vector<std::string> hosts = {cfg.addr + ":" + std::to_string(cfg.port),
+                                      cfg.addr + ":" + std::to_string(cfg.port + 1)};
+    auto rank = [&](int r) {
+        builder b = make_builder(cfg);
+        group g = sync_wait(group::form(b, group_options::from_hosts(hosts, r)));
+        sync_wait(group_rounds(g, broadcast, count));
+        sync_wait(g.close());
+    };
+    std::thread one([&] { rank(1); });
+    rank(0);
+    one.join();
+}
+
+// ---- the C API ------------------------------------------------------------------
+
+[[noreturn]] void c_fail(const char* call) { fail(std::string("c: ") + call + ": " + cordma_last_error()); }
+
+void run_c(const config& cfg, long count) {
+    cordma_config server_config;
+    cordma_config_init(&server_config);
+    server_config.address = cfg.addr.c_str();
+    server_config.port = 0;
+    server_config.listen = true;
+    cordma_context* server = cordma_create(&server_config);
+    if (server == nullptr)
+        c_fail("cordma_create (listening)");
+    std::thread answering([&] {
+        int peer = cordma_accept(server);
+        if (peer < 0)
+            c_fail("cordma_accept");
+        char buf[64];
+        for (long i = 0; i < count; ++i) {
+            ssize_t n = cordma_recv(server, peer, buf, sizeof buf);
+            if (n != sizeof buf)
+                c_fail("cordma_recv (answering)");
+            if (cordma_send(server, peer, buf, sizeof buf) != 0)
+                c_fail("cordma_send (answering)");
+        }
+    });
+    cordma_config client_config;
+    cordma_config_init(&client_config);
+    client_config.address = cfg.addr.c_str();
+    cordma_context* client = cordma_create(&client_config);
+    if (client == nullptr)
+        c_fail("cordma_create");
+    int peer = cordma_connect(client, cfg.addr.c_str(), cordma_local_port(server));
+    if (peer < 0)
+        c_fail("cordma_connect");
+    std::vector<std::byte> out(64), in(64);
+    for (long i = 0; i < count; ++i) {
+        fill(out.data(), out.size(), static_cast<std::uint64_t>(i));
+        if (cordma_send(client, peer, out.data(), out.size()) != 0)
+            c_fail("cordma_send");
+        if (cordma_recv(client, peer, in.data(), in.size()) != static_cast<ssize_t>(in.size()))
+            c_fail("cordma_recv");
+        if (!matches(in.data(), in.size(), static_cast<std::uint64_t>(i)))
+            fail("c: round trip " + std::to_string(i) + " came back wrong");
+    }
+    answering.join();
+    cordma_destroy(client);
+    cordma_destroy(server);
+}
+
+config parse(int argc, char** argv) {
+    config cfg;
+    cordma_bench::option_reader r(argc, argv, usage);
+    while (r.next()) {
+        if (r.name() == "--test")
+            cfg.test = r.value();
+        else if (r.name() == "-n")
+            cfg.n = cordma_bench::parse_number("-n", r.value(), 1, 100'000'000);
+        else if (r.name() == "--warmup")
+            cfg.warmup = cordma_bench::parse_number("--warmup", r.value(), 0, 1'000'000);
+        else if (r.name() == "--addr")
+            cfg.addr = r.value();
+        else if (r.name() == "-d")
+            cfg.device = r.value();
+        else if (r.name() == "--port")
+            cfg.port = cordma_bench::parse_number("--port", r.value(), 1, 65534);
+        else if (r.name() == "--timeout")
+            cfg.timeout_s = cordma_bench::parse_number("--timeout", r.value(), 1, 86'400);
+        else
+            throw usage_error("unknown option '" + std::string(r.arg()) + "'");
+    }
+    if (cfg.test != "send" && cfg.test != "rpc" && cfg.test != "stream" && cfg.test != "barrier" &&
+        cfg.test != "bcast" && cfg.test != "c")
+        throw usage_error(cfg.test.empty() ? "--test is required" : "--test: no test '" + cfg.test + "'");
+    if (cfg.n == 0)
+        throw usage_error("-n is required");
+    if (cfg.addr.empty()) {
+        for (const char* var : {"RXE_VM_ADDR", "CORDMA_TEST_ADDR"})
+            if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
+                cfg.addr = v;
+                break;
+            }
+        if (cfg.addr.empty())
+            throw usage_error("no address: give --addr (an IP on the RDMA device's netdev)");
+    }
+    return cfg;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    config cfg;
+    try {
+        cfg = parse(argc, argv);
+    } catch (const usage_error& e) {
+        std::fprintf(stderr, "cordma_module_messages: %s\n", e.what());
+        usage(stderr);
+        return 2;
+    }
+    std::thread([limit = cfg.timeout_s] {
+        std::this_thread::sleep_for(std::chrono::seconds(limit));
+        std::fprintf(stderr, "cordma_module_messages: still running after --timeout %ld s; giving up\n", limit);
+        std::_Exit(3);
+    }).detach();
+    long count = cfg.warmup + cfg.n;
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+        if (cfg.test == "send")
+            run_send(cfg, count);
+        else if (cfg.test == "rpc")
+            run_rpc(cfg, count);
+        else if (cfg.test == "stream")
+            run_stream(cfg, count);
+        else if (cfg.test == "barrier" || cfg.test == "bcast")
+            run_group(cfg, count, cfg.test == "bcast");
+        else
+            run_c(cfg, count);
+    } catch (const std::exception& e) {
+        fail(cfg.test + ": " + e.what());
+    }
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("{\"test\": \"%s\", \"n\": %ld, \"warmup\": %ld, \"round_trips\": %ld, \"seconds\": %.2f}\n",
+                cfg.test.c_str(), cfg.n, cfg.warmup, count, s);
+    return 0;
+}
