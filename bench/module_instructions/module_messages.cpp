@@ -16,17 +16,22 @@
 //   c        the C API (cordma.h): cordma_send and cordma_recv of 64 B,
 //            answered the same way, both contexts
 // Each test runs W + N round trips after setting up, then tears down. Both
-// ends live in this one process, each on its own builder (its own event
-// listener thread, as two processes would have), over the device's
-// loopback: callgrind counts every thread, so a message's figure is what
-// both sides spend on it (a request and its answer: one round trip). The
-// setup and teardown are the same for any N, and cancel out in the
-// difference of two runs.
+// ends live in this one process, on one builder and so one event listener
+// thread, over the device's loopback: a message's figure is what both
+// sides spend on it (a request and its answer: one round trip). The setup
+// and teardown are the same for any N, and cancel out in the difference of
+// two runs. One thread, busy polling (the default here, --polling): under
+// valgrind, which runs one thread at a time, a wait in io_uring never
+// returns, and two spinning listeners would count each other's spins; on
+// rxe's loopback a post completes within its doorbell, so each pass of the
+// one busy listener finds work. The C API test (c) has a listener thread
+// per context and the callers' threads besides: it runs, and checks its
+// bytes, but its counts include spinning (bench/module_instructions/run
+// leaves it out by default).
 //
 // Every message is checked (its bytes carry the round trip's number), so
-// a wrong or lost message fails the run (exit 1). Defaults: the builders'
-// (event polling, no spinning: instructions then follow messages, not
-// time), the modules' default options. Every wait is bounded: a watchdog
+// a wrong or lost message fails the run (exit 1). The modules' default
+// options. Every wait is bounded: a watchdog
 // ends the process with status 3 after --timeout seconds (default 1200;
 // callgrind runs the program about 50x slower).
 
@@ -49,6 +54,7 @@
 #include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
+#include <cordma/when_all.hpp>
 
 #include "../lib/bench_options.hpp"
 
@@ -65,12 +71,15 @@ struct config {
     std::string device;
     long port = 7790;
     long timeout_s = 1200;
+    polling_mode polling = polling_mode::busy;
+    endpoint_exchange exchange = endpoint_exchange::tcp;
 };
 
 void usage(std::FILE* out) {
     std::fprintf(out,
                  "usage: cordma_module_messages --test send|rpc|stream|barrier|bcast|c -n N [--warmup W]\n"
-                 "                              [--addr IP] [-d DEVICE] [--port P] [--timeout S]\n"
+                 "                              [--addr IP] [-d DEVICE] [--port P] [--polling M] [--exchange tcp|cm]\n"
+                 "                              [--timeout S]\n"
                  "  --addr defaults to $RXE_VM_ADDR, then $CORDMA_TEST_ADDR; --port is the first of the\n"
                  "  two the group test listens on (default 7790)\n");
 }
@@ -84,6 +93,8 @@ builder make_builder(const config& cfg) {
     builder b;
     if (!cfg.device.empty())
         b.device(cfg.device);
+    b.polling(cfg.polling);
+    b.exchange(cfg.exchange);
     return b;
 }
 
@@ -130,7 +141,7 @@ task<void> send_asker(connection c, local_mr out, long count) {
 }
 
 void run_send(const config& cfg, long count) {
-    builder sb = make_builder(cfg), cb = make_builder(cfg);
+    builder sb = make_builder(cfg), cb = sb;  // one runtime: one listener thread
     listener l = sb.listen(cfg.addr + ":0");
     std::atomic<bool> ready{false};
     std::thread server([&] {
@@ -158,7 +169,7 @@ task<void> rpc_caller(rpc::client& c, long count) {
 }
 
 void run_rpc(const config& cfg, long count) {
-    builder sb = make_builder(cfg), cb = make_builder(cfg);
+    builder sb = make_builder(cfg), cb = sb;  // one runtime: one listener thread
     rpc::server server(sb);
     server.handle(1, "echo", [](rpc::request r) -> task<std::vector<std::byte>> {
         co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
@@ -197,7 +208,7 @@ task<void> stream_asker(stream s, long count) {
 }
 
 void run_stream(const config& cfg, long count) {
-    builder sb = make_builder(cfg), cb = make_builder(cfg);
+    builder sb = make_builder(cfg), cb = sb;  // one runtime: one listener thread
     stream_listener l = stream::serve(sb, cfg.addr + ":0");
     std::thread server([&] { sync_wait(stream_answerer(sync_wait(l.accept()), count)); });
     sync_wait(stream_asker(sync_wait(stream::connect(cb, l.address())), count));
@@ -228,15 +239,13 @@ task<void> group_rounds(group& g, bool broadcast, long count) {
 void run_group(const config& cfg, long count, bool broadcast) {
     std::vector<std::string> hosts = {cfg.addr + ":" + std::to_string(cfg.port),
                                       cfg.addr + ":" + std::to_string(cfg.port + 1)};
-    auto rank = [&](int r) {
-        builder b = make_builder(cfg);
-        group g = sync_wait(group::form(b, group_options::from_hosts(hosts, r)));
-        sync_wait(group_rounds(g, broadcast, count));
-        sync_wait(g.close());
-    };
-    std::thread one([&] { rank(1); });
-    rank(0);
-    one.join();
+    builder b = make_builder(cfg);
+    (void)b.pool();  // the runtime exists before the copies: both ranks share its listener thread
+    builder b1 = b;
+    auto [g0, g1] = sync_wait(when_all(group::form(b, group_options::from_hosts(hosts, 0)),
+                                       group::form(b1, group_options::from_hosts(hosts, 1))));
+    sync_wait(when_all(group_rounds(g0, broadcast, count), group_rounds(g1, broadcast, count)));
+    sync_wait(when_all(g0.close(), g1.close()));
 }
 
 // ---- the C API ------------------------------------------------------------------
@@ -305,7 +314,14 @@ config parse(int argc, char** argv) {
             cfg.device = r.value();
         else if (r.name() == "--port")
             cfg.port = cordma_bench::parse_number("--port", r.value(), 1, 65534);
-        else if (r.name() == "--timeout")
+        else if (r.name() == "--polling")
+            cfg.polling = cordma_bench::parse_polling(r.value(), "busy, event, adaptive or yielding");
+        else if (r.name() == "--exchange") {
+            std::string_view v = r.value();
+            if (v != "tcp" && v != "cm")
+                throw usage_error("--exchange: tcp or cm, got '" + std::string(v) + "'");
+            cfg.exchange = v == "tcp" ? endpoint_exchange::tcp : endpoint_exchange::rdma_cm;
+        } else if (r.name() == "--timeout")
             cfg.timeout_s = cordma_bench::parse_number("--timeout", r.value(), 1, 86'400);
         else
             throw usage_error("unknown option '" + std::string(r.arg()) + "'");
