@@ -23,7 +23,7 @@
 namespace cordma::detail::c_api {
 
 namespace wire = link_wire;
-using clock = coarse_clock;
+using clock = std::chrono::steady_clock;
 
 namespace {
 

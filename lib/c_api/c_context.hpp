@@ -92,7 +92,7 @@ struct call_state {
     int timeout_ms = 0;  // 0: none
     std::stop_source stop;
     bool timed_out = false;
-    coarse_clock::time_point last_tick{};
+    std::chrono::steady_clock::time_point last_tick{};
     std::shared_ptr<event_listener::timer> deadline;
     std::shared_ptr<event_listener::timer> tick;
 };

@@ -97,10 +97,7 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     current_.op = op_of(c);
     current_.seq = ++next_seq_;
     auto timeout = call.timeout.count() > 0 ? call.timeout : options_.operation_timeout;
-    // A fresh stop state only after one was used: a std::stop_source is an
-    // allocation, and a collective that ran normally leaves it unrequested.
-    if (stop_.stop_requested())
-        stop_ = std::stop_source();
+    stop_ = std::stop_source();
     struct forward {
         std::stop_source source;
         void operator()() noexcept { source.request_stop(); }
@@ -108,11 +105,9 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     std::optional<std::stop_callback<forward>> forwarding;
     if (call.stop.stop_possible())
         forwarding.emplace(call.stop, forward{stop_});
-    auto now = coarse_clock::now();
-    // Beyond a year is "forever" (and no overflow in the sum). The coarse
-    // clock's resolution added: a deadline never passes early.
-    deadline_ = timeout < std::chrono::hours(24 * 365) ? now + timeout + coarse_clock::resolution()
-                                                       : coarse_clock::time_point::max();
+    auto now = std::chrono::steady_clock::now();
+    // Beyond a year is "forever" (and no overflow in the sum).
+    deadline_ = timeout < std::chrono::hours(24 * 365) ? now + timeout : std::chrono::steady_clock::time_point::max();
     tick_at(std::min(deadline_, now + tick_interval));
     current_.token = stop_.get_token();
 
@@ -146,12 +141,12 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     throw_failure();
 }
 
-void group_core::tick_at(coarse_clock::time_point at) {
+void group_core::tick_at(std::chrono::steady_clock::time_point at) {
     if (ticking_ && next_tick_ <= at)
         return;
     ticking_ = true;
     next_tick_ = at;
-    auto delay = std::max(at - coarse_clock::now(), coarse_clock::duration(0));
+    auto delay = std::max(at - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
     std::weak_ptr<group_core> weak = weak_from_this();
     event_listener_->call_after(delay, [weak, at] {
         auto self = weak.lock();
@@ -166,7 +161,7 @@ void group_core::tick() {
     // (next_tick_ still says when this tick was due.)
     if (failure_ || (!busy_ && p2p_calls_.empty()))
         return;
-    auto now = coarse_clock::now();
+    auto now = std::chrono::steady_clock::now();
     auto next = now + tick_interval;
     if (busy_) {
         if (now >= deadline_)

@@ -114,10 +114,10 @@ private:
     [[noreturn]] void throw_stopped(const p2p_scope& scope, const std::string& what) const;
     /// Stops the point-to-point calls whose deadline has passed; returns
     /// the earliest deadline of the others (time_point::max() for none).
-    coarse_clock::time_point expire_p2p_calls(coarse_clock::time_point now);
+    std::chrono::steady_clock::time_point expire_p2p_calls(std::chrono::steady_clock::time_point now);
 
     /// Arms a tick for `at` unless one is due by then.
-    void tick_at(coarse_clock::time_point at);
+    void tick_at(std::chrono::steady_clock::time_point at);
     void tick();
 
     cordma::builder builder_;
@@ -131,11 +131,11 @@ private:
     std::uint32_t next_seq_ = 0;
     bool busy_ = false;
     // The collective in progress: when it must end, and what stops it.
-    coarse_clock::time_point deadline_{};
+    std::chrono::steady_clock::time_point deadline_{};
     std::stop_source stop_;
     // One timer at a time checks the deadline and sends keepalives while a
     // collective runs (no timer per collective).
-    coarse_clock::time_point next_tick_{};
+    std::chrono::steady_clock::time_point next_tick_{};
     bool ticking_ = false;
     bool closed_ = false;
     local_mr scratch_;

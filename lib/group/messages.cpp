@@ -21,7 +21,7 @@ namespace cordma {
 namespace detail {
 
 namespace wire = link_wire;
-using clock = coarse_clock;
+using clock = std::chrono::steady_clock;
 
 class group_core::p2p_scope {
 public:
@@ -30,9 +30,8 @@ public:
           timeout_(call.timeout.count() > 0 ? call.timeout : core.options().operation_timeout),
           user_stop_(call.stop) {
         auto now = clock::now();
-        // Beyond a year is "forever" (and no overflow in the sum); never early.
-        deadline_ = timeout_ < std::chrono::hours(24 * 365) ? now + timeout_ + clock::resolution()
-                                                            : clock::time_point::max();
+        // Beyond a year is "forever" (and no overflow in the sum).
+        deadline_ = timeout_ < std::chrono::hours(24 * 365) ? now + timeout_ : clock::time_point::max();
         if (call.stop.stop_possible())
             forwarding_.emplace(call.stop, forward{stop_});
         core_.p2p_calls_.push_back(this);

@@ -47,7 +47,6 @@
 #include <cordma/receive_queue.hpp>
 #include <cordma/task.hpp>
 
-#include "engine/coarse_clock.hpp"
 #include "engine/waiter_queue.hpp"
 #include "link/elastic_receives.hpp"
 #include "link/link_wire.hpp"
@@ -255,11 +254,11 @@ public:
     /// Liveness, called once a tick while the owner waits: sends a ping
     /// unless one is unanswered; if one has gone unanswered for longer than
     /// `patience`, the link is lost (naming why).
-    void probe(coarse_clock::time_point now, std::chrono::milliseconds patience);
+    void probe(std::chrono::steady_clock::time_point now, std::chrono::milliseconds patience);
     /// This process was starved until `now`: an unanswered ping counts as
     /// sent now.
-    void excuse_silence(coarse_clock::time_point now) {
-        if (ping_outstanding_ && frames_heard_ == heard_at_ping_)
+    void excuse_silence(std::chrono::steady_clock::time_point now) {
+        if (ping_outstanding_ && last_heard_ < ping_sent_)
             ping_sent_ = now;
     }
     /// Tells the peer the owner failed (best effort, once).
@@ -411,12 +410,8 @@ private:
     bool drain_waiting_ = false;
     std::string gone_reason_;        // why the connection went, once it has
     bool lost_ = false;
-    // Frames heard from the peer, counted rather than timed (no clock read
-    // per frame): a ping is answered once the count passes what it was
-    // when the ping went out.
-    std::uint64_t frames_heard_ = 0;
-    std::uint64_t heard_at_ping_ = 0;
-    coarse_clock::time_point ping_sent_{};
+    std::chrono::steady_clock::time_point last_heard_{};  // the last frame from the peer
+    std::chrono::steady_clock::time_point ping_sent_{};
     bool ping_outstanding_ = false;
     bool abort_sent_ = false;
     bool abort_received_ = false;

@@ -11,6 +11,8 @@
 
 #include <cordma/rpc.hpp>
 
+#include <time.h>
+
 #include <chrono>
 #include <coroutine>
 #include <deque>
@@ -24,7 +26,6 @@
 
 #include <cordma/receive_queue.hpp>
 
-#include "engine/coarse_clock.hpp"
 #include "link/elastic_receives.hpp"
 #include "rpc/frame_buffers.hpp"
 #include "rpc/rpc_wire.hpp"
@@ -38,7 +39,32 @@ namespace wire = cordma::detail::rpc_wire;
 inline constexpr std::chrono::seconds liveness_interval{1};
 inline constexpr std::chrono::milliseconds liveness_timeout{3000};
 
-using cordma::detail::coarse_clock;
+/// The clock of call deadlines: CLOCK_MONOTONIC_COARSE. Deadlines need
+/// milliseconds, and every call reads the clock once: a precise read costs
+/// about a microsecond where the clock source is slow (HPET in a VM: 1.16
+/// us, measured by bench/rpc), a coarse one a few nanoseconds anywhere.
+struct coarse_clock {
+    using duration = std::chrono::nanoseconds;
+    using rep = duration::rep;
+    using period = duration::period;
+    using time_point = std::chrono::time_point<coarse_clock>;
+    static constexpr bool is_steady = true;
+    static time_point now() noexcept {
+        timespec ts{};
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+        return time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+    }
+    /// How far behind the precise clock it may be: added to every deadline,
+    /// so none passes early.
+    static duration resolution() noexcept {
+        static const duration r = [] {
+            timespec ts{};
+            clock_getres(CLOCK_MONOTONIC_COARSE, &ts);
+            return duration(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+        }();
+        return r;
+    }
+};
 
 /// A call from its start to its answer; lives in the calling coroutine's frame.
 struct pending_call {
@@ -96,8 +122,6 @@ private:
     void fail(std::uint64_t id, rpc_errc error, std::string message);
     void broken(rpc_errc error, const std::string& why);
     void grant();
-    /// Puts `c` in calls_ under its id, in a spare node if there is one.
-    void track(pending_call& c);
     void forget(pending_call& c) noexcept;
     /// Deadlines: one timer for the earliest of the calls', re-armed as it
     /// fires, rather than one per call (a kernel timeout each, alive for the
@@ -128,9 +152,6 @@ private:
     local_mr liveness_local_;
     std::uint64_t next_id_ = 1;
     std::unordered_map<std::uint64_t, pending_call*> calls_;
-    // Nodes of calls_ that ended, for the next calls: a call allocates no
-    // node once as many have been in flight before (track() and forget()).
-    std::vector<std::unordered_map<std::uint64_t, pending_call*>::node_type> spare_nodes_;
     std::deque<pending_call*> credit_waiters_;
     // Large requests of calls that ended early: registered until the
     // server answers them (it may still be reading).

@@ -17,7 +17,7 @@
 namespace cordma::detail {
 
 namespace wire = link_wire;
-using clock = coarse_clock;
+using clock = std::chrono::steady_clock;
 
 namespace {
 

@@ -106,7 +106,7 @@ private:
 
     int waiting_ = 0;
     std::shared_ptr<event_listener::timer> tick_;
-    coarse_clock::time_point last_tick_{};
+    std::chrono::steady_clock::time_point last_tick_{};
 };
 
 /// The stream's hello on a new connection, then its state and link.
