@@ -14,7 +14,8 @@
 #      show no executable of cordma's (rpc_server, cordma-perf, *_test, ...)
 #      and nothing defined in its examples/, bench/ or tests/, and
 #      --installed must hold no program;
-#   2. meson compile -j2 (compiles libcordma, the slow part): the consumer
+#   2. meson compile -j2 (compiles libcordma, the slow part, as a unity
+#      build: the main build already compiles every source alone): the consumer
 #      must link against the subproject's libcordma and run (it opens no
 #      device), and no cordma program may have been built;
 #   3. a second setup only (no compile) with -Dcordma:examples=enabled
@@ -106,7 +107,7 @@ export CORDMA_SRC=$src
 
 # 1. Configure: cordma's extras must not even be defined.
 step "meson setup (consumer with subprojects/cordma -> $src)"
-if ! meson setup --wrap-mode=nodownload --buildtype=plain "$build" "$consumer" >"$tmp/setup.log" 2>&1; then
+if ! meson setup --wrap-mode=nodownload --buildtype=plain -Dunity=subprojects "$build" "$consumer" >"$tmp/setup.log" 2>&1; then
   cat "$tmp/setup.log" >&2
   fail "meson setup of a project using cordma as a subproject failed (output above)"
 fi
