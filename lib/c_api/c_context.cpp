@@ -93,8 +93,7 @@ int port_of(const std::string& endpoint) {
     return colon == std::string::npos ? -1 : std::atoi(endpoint.c_str() + colon + 1);
 }
 
-void probe_peers(cordma_context& ctx, call_state& st) {
-    auto now = clock::now();
+void probe_peers(cordma_context& ctx, call_state& st, clock::time_point now) {
     bool starved = now - st.last_tick > 3 * tick_interval;
     st.last_tick = now;
     for (auto& p : ctx.peers) {
@@ -106,14 +105,34 @@ void probe_peers(cordma_context& ctx, call_state& st) {
     }
 }
 
-void schedule_tick(cordma_context* ctx, std::shared_ptr<call_state> st) {
-    std::weak_ptr<call_state> weak = st;
-    st->tick = ctx->listener_thread->call_after(tick_interval, [ctx, weak] {
-        if (auto s = weak.lock()) {
-            probe_peers(*ctx, *s);
-            schedule_tick(ctx, s);
-        }
-    });
+void on_watch(cordma_context* ctx);
+
+void arm_watch(cordma_context* ctx, clock::time_point at, clock::time_point now) {
+    auto& st = ctx->call;
+    st.watch_at = at;
+    st.watch = ctx->listener_thread->call_after(at - now, [ctx] { on_watch(ctx); });
+}
+
+/// The watch's tick: the call's deadline, else its keepalives, then the
+/// next tick; nothing between calls (the next call re-arms it). Never runs
+/// after the context's last call (cancelled there).
+void on_watch(cordma_context* ctx) {
+    auto& st = ctx->call;
+    st.watch.reset();
+    if (!st.active)
+        return;
+    auto now = clock::now();
+    if (st.timeout_ms > 0 && now >= st.deadline) {
+        st.timed_out = true;
+        st.stop.request_stop();
+        return;
+    }
+    if (now - st.last_tick >= tick_interval)
+        probe_peers(*ctx, st, now);
+    auto next = st.last_tick + tick_interval;
+    if (st.timeout_ms > 0)
+        next = std::min(next, st.deadline);
+    arm_watch(ctx, std::max(next, now), now);
 }
 
 /// The hellos (link_hello.hpp), then the link they size: each side
@@ -325,29 +344,53 @@ std::string subject_of(const cordma_context& ctx, int peer) {
 // ---- calls ----------------------------------------------------------------
 
 std::stop_token call_token(cordma_context& ctx) {
-    return ctx.call ? ctx.call->stop.get_token() : std::stop_token{};
+    return ctx.call.active ? ctx.call.stop.get_token() : std::stop_token{};
 }
 
-void arm_call(cordma_context& ctx) {
-    auto st = ctx.call;
-    if (!st)
-        return;
-    int limit = st->timeout_ms;
-    if (limit > 0)
-        st->deadline = ctx.listener_thread->call_after(std::chrono::milliseconds(limit), [st] {
-            st->timed_out = true;
-            st->stop.request_stop();
-        });
-    st->last_tick = clock::now();
-    schedule_tick(&ctx, st);
+void arm_call(cordma_context& ctx, int timeout_ms) {
+    auto& st = ctx.call;
+    st.active = true;
+    st.timed_out = false;
+    st.timeout_ms = timeout_ms;
+    if (st.stop.stop_requested())
+        st.stop = std::stop_source();
+    // The call's one clock read: its first keepalive tick_interval from
+    // now, as its deadline is timeout_ms from now.
+    auto now = clock::now();
+    st.last_tick = now;
+    auto next = now + tick_interval;
+    if (timeout_ms > 0) {
+        st.deadline = now + std::chrono::milliseconds(timeout_ms);
+        next = std::min(next, st.deadline);
+    }
+    // A watch still pending from an earlier call serves if it fires no
+    // later than this call needs; only a sooner deadline arms another.
+    if (!st.watch || st.watch_at > next) {
+        if (st.watch)
+            st.watch->cancel();
+        arm_watch(&ctx, next, now);
+    }
 }
 
-void disarm_call(cordma_context& ctx) noexcept {
-    if (auto st = ctx.call) {
-        if (st->deadline)
-            st->deadline->cancel();
-        if (st->tick)
-            st->tick->cancel();
+void disarm_call(cordma_context& ctx, bool last) noexcept {
+    auto& st = ctx.call;
+    st.active = false;
+    if (last && st.watch) {
+        st.watch->cancel();
+        st.watch.reset();
+    }
+}
+
+void rethrow_call_failure(cordma_context& ctx, const std::string& waiting_for) {
+    try {
+        throw;
+    } catch (const c_failure&) {
+        throw;
+    } catch (...) {
+        if (ctx.call.timed_out)
+            throw c_failure(ETIMEDOUT, "timed out after " + std::to_string(ctx.call.timeout_ms) +
+                                           " ms (cordma_config.timeout_ms) waiting for " + waiting_for);
+        throw;
     }
 }
 
@@ -421,7 +464,7 @@ void cordma_destroy(cordma_context* ctx) {
     c_entry<int>("cordma_destroy", "", -1, [&] {
         std::lock_guard lock(ctx->call_mutex);
         // Bounded: frames still leaving get 5 s, then everything closes.
-        return run_call(*ctx, destroy_task(ctx), "frames in flight to leave", 5000);
+        return run_call(*ctx, destroy_task(ctx), "frames in flight to leave", 5000, true);
     });
     // Whatever destroy_task got to: the listener closes (thread-safe), and
     // with it the loop holding clients for cordma_accept.

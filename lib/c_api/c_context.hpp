@@ -87,14 +87,21 @@ private:
     std::optional<std::pair<int, std::string>> failure_;  // errno, why
 };
 
-/// The call in progress: its deadline, and the stop token its waits take.
+/// The call in progress and the watch over it (event listener thread
+/// only). One per context, reused by every call: a call arms nothing of
+/// its own. The watch is one timer that fires a keepalive tick (every
+/// tick_interval) or the call's deadline, whichever comes first, while a
+/// call runs; it lapses between calls and the next call re-arms it.
 struct call_state {
+    bool active = false;
     int timeout_ms = 0;  // 0: none
-    std::stop_source stop;
     bool timed_out = false;
+    std::chrono::steady_clock::time_point deadline{};
     std::chrono::steady_clock::time_point last_tick{};
-    std::shared_ptr<event_listener::timer> deadline;
-    std::shared_ptr<event_listener::timer> tick;
+    /// A fresh one only after a call was stopped (a deadline).
+    std::stop_source stop;
+    std::shared_ptr<event_listener::timer> watch;
+    std::chrono::steady_clock::time_point watch_at{};
 };
 
 class arrivals;
@@ -120,7 +127,7 @@ struct cordma_context {
     std::multimap<const void*, cordma::local_mr> granted;
 
     /// The call in progress (event listener thread).
-    std::shared_ptr<cordma::detail::c_api::call_state> call;
+    cordma::detail::c_api::call_state call;
 };
 
 namespace cordma::detail::c_api {
@@ -135,17 +142,21 @@ inline constexpr std::chrono::milliseconds tick_interval{500};
 /// The stop token of the call in progress (event listener thread).
 std::stop_token call_token(cordma_context& ctx);
 
-/// Starts the call's deadline and keepalives (event listener thread).
-void arm_call(cordma_context& ctx);
-/// Stops them.
-void disarm_call(cordma_context& ctx) noexcept;
+/// Starts the call's deadline (`timeout_ms`, 0: none) and keepalives
+/// (event listener thread).
+void arm_call(cordma_context& ctx, int timeout_ms);
+/// Ends them; with `last` (the context's last call) the watch too, for good.
+void disarm_call(cordma_context& ctx, bool last) noexcept;
 
 /// Runs `body` on the event listener thread as the context's call, under
 /// its deadline, and returns its result; rethrows its failure (a timeout
 /// as c_failure ETIMEDOUT saying what it waited for).
 /// `timeout_ms` -1 takes the context's (cordma_config.timeout_ms).
+/// `last`: the context's last call (cordma_destroy), after which nothing
+/// of the context may run on the listener (its watch stops for good).
 template <class T>
-T run_call(cordma_context& ctx, task<T> body, const std::string& waiting_for, int timeout_ms = -1);
+T run_call(cordma_context& ctx, task<T> body, const std::string& waiting_for, int timeout_ms = -1,
+           bool last = false);
 
 /// The integer a C caller stored in an enum (a cordma_config field, an
 /// argument). C lets an enum hold any value of its integer type; C++ makes
@@ -190,9 +201,9 @@ R c_entry(const char* call, const std::string& subject, R on_error, F&& body) no
 /// The task wrapper behind run_call: hops to the listener thread, arms the
 /// deadline, runs the body.
 template <class T>
-task<T> on_listener(cordma_context* ctx, task<T> body) {
+task<T> on_listener(cordma_context* ctx, task<T> body, int timeout_ms, bool last) {
     co_await ctx->listener_thread->schedule();
-    arm_call(*ctx);
+    arm_call(*ctx, timeout_ms);
     std::exception_ptr error;
     std::optional<T> result;
     try {
@@ -200,30 +211,23 @@ task<T> on_listener(cordma_context* ctx, task<T> body) {
     } catch (...) {
         error = std::current_exception();
     }
-    disarm_call(*ctx);
+    disarm_call(*ctx, last);
     if (error)
         std::rethrow_exception(error);
     co_return std::move(*result);
 }
 
+/// The call's failure as the C caller sees it: a timeout names the limit
+/// and what the call waited for.
+[[noreturn]] void rethrow_call_failure(cordma_context& ctx, const std::string& waiting_for);
+
 template <class T>
-T run_call(cordma_context& ctx, task<T> body, const std::string& waiting_for, int timeout_ms) {
-    ctx.call = std::make_shared<call_state>();
-    auto state = ctx.call;
-    state->timeout_ms = timeout_ms >= 0 ? timeout_ms : ctx.config.timeout_ms;
+T run_call(cordma_context& ctx, task<T> body, const std::string& waiting_for, int timeout_ms, bool last) {
+    int limit = timeout_ms >= 0 ? timeout_ms : ctx.config.timeout_ms;
     try {
-        T result = cordma::sync_wait(on_listener<T>(&ctx, std::move(body)));
-        ctx.call.reset();
-        return result;
-    } catch (const c_failure&) {
-        ctx.call.reset();
-        throw;
+        return cordma::sync_wait(on_listener<T>(&ctx, std::move(body), limit, last));
     } catch (...) {
-        ctx.call.reset();
-        if (state->timed_out)
-            throw c_failure(ETIMEDOUT, "timed out after " + std::to_string(state->timeout_ms) +
-                                           " ms (cordma_config.timeout_ms) waiting for " + waiting_for);
-        throw;
+        rethrow_call_failure(ctx, waiting_for);
     }
 }
 
