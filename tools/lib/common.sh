@@ -5,7 +5,7 @@
 # messages) first.  Provides:
 #   CORDMA_ROOT, CORDMA_BUILD      the repo and its build directory
 #                                  (CORDMA_BUILD_DIR overrides build/)
-#   cordma_install_deps            tools/install-deps
+#   cordma_install_deps [--tests]  tools/install-deps [--tests]
 #   cordma_build [TARGET...]       meson setup (once) + meson compile (of
 #                                  the TARGETs only, when given: run-demo
 #                                  builds the library and its two programs);
@@ -36,8 +36,8 @@ cordma_die() {
   exit 1
 }
 
-cordma_install_deps() {
-  "$CORDMA_ROOT/tools/install-deps" ||
+cordma_install_deps() {  # [--tests]
+  "$CORDMA_ROOT/tools/install-deps" "$@" ||
     cordma_die "installing the build dependencies failed (see above)." \
                "Fix that, or run tools/install-deps by hand, then run $CORDMA_TOOL again."
 }
