@@ -107,14 +107,23 @@ void probe_peers(cordma_context& ctx, call_state& st, clock::time_point now) {
 
 void on_watch(cordma_context* ctx);
 
+/// When the watch must next fire: the call's next keepalive tick, or its
+/// deadline if that comes first and has not passed yet.
+clock::time_point next_wake(const call_state& st) {
+    auto next = st.last_tick + tick_interval;
+    if (st.timeout_ms > 0 && !st.timed_out)
+        next = std::min(next, st.deadline);
+    return next;
+}
+
 void arm_watch(cordma_context* ctx, clock::time_point at, clock::time_point now) {
     auto& st = ctx->call;
     st.watch_at = at;
     st.watch = ctx->listener_thread->call_after(at - now, [ctx] { on_watch(ctx); });
 }
 
-/// The watch's tick: the call's deadline, else its keepalives, then the
-/// next tick; nothing between calls (the next call re-arms it). Never runs
+/// The watch's tick: the call's deadline, its keepalives, then the next
+/// tick; nothing between calls (the next call re-arms it). Never runs
 /// after the context's last call (cancelled there).
 void on_watch(cordma_context* ctx) {
     auto& st = ctx->call;
@@ -122,17 +131,13 @@ void on_watch(cordma_context* ctx) {
     if (!st.active)
         return;
     auto now = clock::now();
-    if (st.timeout_ms > 0 && now >= st.deadline) {
+    if (st.timeout_ms > 0 && !st.timed_out && now >= st.deadline) {
         st.timed_out = true;
         st.stop.request_stop();
-        return;
     }
     if (now - st.last_tick >= tick_interval)
         probe_peers(*ctx, st, now);
-    auto next = st.last_tick + tick_interval;
-    if (st.timeout_ms > 0)
-        next = std::min(next, st.deadline);
-    arm_watch(ctx, std::max(next, now), now);
+    arm_watch(ctx, std::max(next_wake(st), now), now);
 }
 
 /// The hellos (link_hello.hpp), then the link they size: each side
@@ -358,11 +363,8 @@ void arm_call(cordma_context& ctx, int timeout_ms) {
     // now, as its deadline is timeout_ms from now.
     auto now = clock::now();
     st.last_tick = now;
-    auto next = now + tick_interval;
-    if (timeout_ms > 0) {
-        st.deadline = now + std::chrono::milliseconds(timeout_ms);
-        next = std::min(next, st.deadline);
-    }
+    st.deadline = now + std::chrono::milliseconds(timeout_ms);
+    auto next = next_wake(st);
     // A watch still pending from an earlier call serves if it fires no
     // later than this call needs; only a sooner deadline arms another.
     if (!st.watch || st.watch_at > next) {
