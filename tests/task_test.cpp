@@ -197,7 +197,13 @@ TEST_CASE("a task completed on another thread resumes its awaiter on that thread
 // allocate.
 
 TEST_CASE("a task allocates its frame when created and nothing after that", "[task][allocation]") {
-    SECTION("creating a task allocates one frame, destroying it frees it") {
+    // Frames come from the thread's frame cache (detail/frame_cache.hpp):
+    // emptied first, so each count starts from a known state. Under the
+    // sanitizers the cache is off and every frame is allocated and freed.
+    const bool cached = cordma::detail::frame_cache_enabled();
+
+    SECTION("creating a task allocates one frame; destroying it keeps it for the next") {
+        cordma::detail::frame_cache_trim();
         allocation_counter counter;
         cordma::testing::allocation_stats created;
         {
@@ -205,13 +211,31 @@ TEST_CASE("a task allocates its frame when created and nothing after that", "[ta
             created = counter.this_thread();
         }
         const auto destroyed = counter.this_thread();
+        const std::size_t kept = cordma::detail::frame_cache_bytes();
         CHECK_THAT(created.allocations, frame_count(1));
         CHECK(created.deallocations == 0);
         CHECK_THAT(destroyed.allocations, frame_count(1));
-        CHECK(destroyed.deallocations == destroyed.allocations);
+        CHECK(destroyed.deallocations == (cached ? 0 : destroyed.allocations));
+        CHECK((kept > 0) == (cached && destroyed.allocations == 1));
+    }
+
+    SECTION("the next frame of that size comes from the cache") {
+        cordma::detail::frame_cache_trim();
+        { auto first = answer(); }
+        allocation_counter counter;
+        for (int i = 0; i < 1000; ++i)
+            (void)sync_wait(answer());
+        const auto spent = counter.this_thread();
+        if (cached) {
+            CHECK(spent.allocations <= 1);  // sync_wait's driver, the first time (another size)
+            CHECK(spent.deallocations == 0);
+        } else {
+            CHECK_THAT(spent.allocations, frame_count(2000));
+        }
     }
 
     SECTION("awaiting created tasks and resuming them 1,000 times allocates nothing") {
+        cordma::detail::frame_cache_trim();
         fake_completion source;
         int result = 0;
 
@@ -233,7 +257,8 @@ TEST_CASE("a task allocates its frame when created and nothing after that", "[ta
         CHECK_THAT(created.allocations, frame_count(3));  // one frame per task
         CHECK_THAT(started.allocations, frame_count(1));  // spawn_detached's own driver
         CHECK(resumed.allocations == 0);                  // 1,000 resumptions
-        CHECK(resumed.deallocations == created.allocations + started.allocations);  // all freed
+        // All four ended: kept for the next frames, or freed without a cache.
+        CHECK(resumed.deallocations == (cached ? 0 : created.allocations + started.allocations));
         CHECK(result == 1001);
     }
 
@@ -259,5 +284,39 @@ TEST_CASE("a task allocates its frame when created and nothing after that", "[ta
 
         CHECK(resumed.allocations == 0);
         CHECK(result == 1000);
+    }
+}
+
+TEST_CASE("the frame cache is bounded per thread and freed when its thread ends", "[task][allocation]") {
+    SECTION("ending 10,000 frames at once keeps at most frame_cache_max_bytes") {
+        cordma::detail::frame_cache_trim();
+        std::vector<task<int>> many;
+        many.reserve(10'000);
+        for (int i = 0; i < 10'000; ++i)
+            many.push_back(answer());
+        allocation_counter counter;
+        many.clear();
+        const auto ended = counter.this_thread();
+        const std::size_t kept = cordma::detail::frame_cache_bytes();
+        CHECK(kept <= cordma::detail::frame_cache_max_bytes);
+        if (cordma::detail::frame_cache_enabled()) {  // else nothing is kept
+            CHECK(kept > 0);
+            CHECK(ended.deallocations >= 10'000 - cordma::detail::frame_cache_max_bytes / 64);
+            CHECK(ended.deallocations < 10'000);
+        } else {
+            CHECK(ended.deallocations == 10'000);
+        }
+    }
+
+    SECTION("a thread's cached frames are freed when it ends") {
+        allocation_counter counter;
+        std::thread worker([] {
+            for (int i = 0; i < 100; ++i)
+                (void)sync_wait(plus_one(answer()));
+        });
+        worker.join();
+        const auto spent = counter.all_threads();
+        CHECK(spent.allocations > 0);
+        CHECK(spent.deallocations == spent.allocations);
     }
 }

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include <cordma/detail/coroutine_result.hpp>
+#include <cordma/detail/frame_cache.hpp>
 
 namespace cordma {
 
@@ -29,7 +30,7 @@ namespace detail {
 
 /// What every task promise shares: the lazy start and the hand-back to the
 /// awaiting coroutine.
-class CORDMA_API task_promise_base {
+class CORDMA_API task_promise_base : public frame_cached {
     struct final_awaiter {
         bool await_ready() const noexcept { return false; }
 
@@ -80,10 +81,13 @@ public:
 ///   that escaped the body.
 /// - A task is awaited at most once, as an rvalue: `co_await std::move(t)` or
 ///   `co_await make_task()`. Awaiting consumes it (valid() becomes false).
-/// - Move-only. Owns its coroutine frame, which is the only allocation: the
-///   result is stored in the frame, and awaiting or resuming allocates nothing.
-///   The frame is freed when the task is destroyed unstarted, or at the end of
-///   the full-expression containing the co_await that awaited it.
+/// - Move-only. Owns its coroutine frame, the only memory it needs: the
+///   result is stored in the frame, and awaiting or resuming allocates
+///   nothing. The frame comes from the thread's frame cache
+///   (detail/frame_cache.hpp), so once a coroutine of its size has ended on
+///   the thread, making one allocates nothing either. The frame ends when the
+///   task is destroyed unstarted, or at the end of the full-expression
+///   containing the co_await that awaited it.
 /// - Resuming the awaiter and starting the body are both symmetric transfers:
 ///   chains of synchronous completions do not grow the stack. The compiler
 ///   turns these into tail calls; GCC does so only with

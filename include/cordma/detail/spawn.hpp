@@ -108,7 +108,7 @@ private:
 /// exception and completion to the group, and frees its own frame.
 class CORDMA_API group_member {
 public:
-    class promise_type {
+    class promise_type : public frame_cached {
         struct final_awaiter {
             bool await_ready() const noexcept { return false; }
             std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> self) const noexcept {
@@ -144,7 +144,7 @@ inline group_member run_group_member(task<void> member, group_state& /*group*/) 
 /// The driver of a spawn_detached task: starts eagerly and frees itself.
 class CORDMA_API detached_driver {
 public:
-    class promise_type {
+    class promise_type : public frame_cached {
     public:
         detached_driver get_return_object() const noexcept { return {}; }
         std::suspend_never initial_suspend() const noexcept { return {}; }

@@ -10,6 +10,7 @@
 
 #include <cordma/detail/awaitable_traits.hpp>
 #include <cordma/detail/coroutine_result.hpp>
+#include <cordma/detail/frame_cache.hpp>
 
 namespace cordma::detail {
 
@@ -44,7 +45,7 @@ private:
 template <class R>
 class sync_wait_task {
 public:
-    class promise_type : public coroutine_result<R> {
+    class promise_type : public coroutine_result<R>, public frame_cached {
         struct final_awaiter {
             bool await_ready() const noexcept { return false; }
             void await_suspend(std::coroutine_handle<promise_type> self) const noexcept {

@@ -15,6 +15,7 @@
 
 #include <cordma/detail/awaitable_traits.hpp>
 #include <cordma/detail/coroutine_result.hpp>
+#include <cordma/detail/frame_cache.hpp>
 
 namespace cordma::detail {
 
@@ -65,7 +66,7 @@ using when_all_value_t = std::conditional_t<std::is_void_v<R>, std::monostate, R
 template <class R>
 class when_all_child {
 public:
-    class promise_type : public coroutine_result<R> {
+    class promise_type : public coroutine_result<R>, public frame_cached {
         struct final_awaiter {
             bool await_ready() const noexcept { return false; }
             std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> self) const noexcept {
