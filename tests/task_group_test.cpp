@@ -21,6 +21,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/frame_cache_inspect.hpp"
+
 #include "support/task_fixtures.hpp"
 
 using namespace task_fixtures;

@@ -25,6 +25,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/frame_cache_inspect.hpp"
+
 #include "support/task_fixtures.hpp"
 
 using namespace task_fixtures;

@@ -1,6 +1,8 @@
 // The per-thread cache of coroutine frames (cordma/detail/frame_cache.hpp).
 #include <cordma/detail/frame_cache.hpp>
 
+#include "core/frame_cache_inspect.hpp"
+
 #include <new>
 #include <utility>
 

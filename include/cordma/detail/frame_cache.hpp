@@ -15,8 +15,9 @@
 /// always come from, and go to, the global operator new and delete.
 ///
 /// Built with AddressSanitizer or ThreadSanitizer, the library caches
-/// nothing (frame_cache_enabled() is false): every frame is a fresh
-/// allocation, so a use after the end of a coroutine is still caught.
+/// nothing: every frame is a fresh allocation, so a use after the end of a
+/// coroutine is still caught. (What the cache holds is visible to the
+/// library's own tests only: lib/core/frame_cache_inspect.hpp.)
 
 #include <cstddef>
 
@@ -35,13 +36,6 @@ CORDMA_API void* frame_allocate(std::size_t size);
 /// Ends a frame frame_allocate(size) gave: into the calling thread's cache,
 /// or to the global operator delete.
 CORDMA_API void frame_free(void* frame, std::size_t size) noexcept;
-/// Whether this build of the library caches frames (false under sanitizers).
-CORDMA_API bool frame_cache_enabled() noexcept;
-/// Bytes of frames the calling thread's cache holds now.
-CORDMA_API std::size_t frame_cache_bytes() noexcept;
-/// Gives every frame the calling thread's cache holds to the global
-/// operator delete (for tests that count allocations from a known start).
-CORDMA_API void frame_cache_trim() noexcept;
 
 /// The allocation functions of cordma's promise types (see above).
 struct frame_cached {
