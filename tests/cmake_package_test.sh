@@ -3,7 +3,8 @@
 #
 # Why: most C++ programs build with CMake, and `find_package(cordma)` must
 # work against the installed tree alone. This installs the build into a
-# temporary DESTDIR, points CMAKE_PREFIX_PATH at it, and
+# DESTDIR (the one tests/support/installed_cordma.sh shares with c_api and
+# rdma_lib_example), points CMAKE_PREFIX_PATH at it, and
 #  1. configures, builds and runs tests/install/cmake/cxx (consumer.cpp
 #     linked to cordma::cordma, with no C++ standard of its own: the
 #     target's cxx_std_20 compile feature must raise it);
@@ -31,15 +32,16 @@ tmp=$(mktemp -d /tmp/cordma-cmake-package.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=tests/support/installed_cordma.sh
 . "$src/tests/support/installed_cordma.sh"
-installed_cordma "$build" "$tmp" || fail "could not install cordma into $tmp/dest (above)"
+installed_cordma "$build" "$tmp" || fail "could not install cordma (above)"
+dest=$installed_cordma_dest
 # Only the install: no LD_LIBRARY_PATH (CMake puts the imported library's
 # folder in the build's RPATH), no pkg-config path.
 unset LD_LIBRARY_PATH PKG_CONFIG_PATH
-prefix=$tmp/dest$(sed -n 's/^prefix=//p' "$(find "$tmp/dest" -name cordma.pc -path '*/pkgconfig/*' | head -n 1)")
-config=$(find "$tmp/dest" -name cordmaConfig.cmake) || true
+prefix=$dest$(sed -n 's/^prefix=//p' "$(find "$dest" -name cordma.pc -path '*/pkgconfig/*' | head -n 1)")
+config=$(find "$dest" -name cordmaConfig.cmake) || true
 [ -n "$config" ] || fail "cordmaConfig.cmake was not installed"
 [ -f "$(dirname "$config")/cordmaConfigVersion.cmake" ] || fail "cordmaConfigVersion.cmake was not installed beside $config"
-step "installed ${config#"$tmp/dest"} and cordmaConfigVersion.cmake"
+step "installed ${config#"$dest"} and cordmaConfigVersion.cmake"
 
 # cmake_build NAME: configure and build tests/install/cmake/NAME against the
 # install; fails with CMake's output.
@@ -54,7 +56,7 @@ cmake_build() {
   local found
   found=$(sed -n 's/^cordma_DIR:PATH=//p' "$dir/CMakeCache.txt")
   case "$found" in
-    "$tmp/dest"/*) ;;
+    "$dest"/*) ;;
     *) fail "tests/install/cmake/$name found cordma in '$found', not in the install $prefix" ;;
   esac
   if ! cmake --build "$dir" >"$tmp/$name-build.log" 2>&1; then
@@ -68,8 +70,8 @@ uses_install() {
   local used
   used=$(ldd "$1" | awk '$1 ~ /^libcordma\.so/ { print $3 }')
   case "$used" in
-    "$tmp/dest"/*) ;;
-    *) fail "$(basename "$1") resolves libcordma to '${used:-nothing}', not the install in $tmp/dest" ;;
+    "$dest"/*) ;;
+    *) fail "$(basename "$1") resolves libcordma to '${used:-nothing}', not the install in $dest" ;;
   esac
 }
 

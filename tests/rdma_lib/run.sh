@@ -56,7 +56,7 @@ trap cleanup EXIT
 # shellcheck source=tests/support/installed_cordma.sh
 . "$src/tests/support/installed_cordma.sh"
 installed_cordma "$build" "$tmp" || fail "could not install cordma (see above)"
-dest=$tmp/dest
+dest=$installed_cordma_dest
 
 # 2. The documented programs with this host's address, compiled each in its
 # own folder exactly as documented (to a.out).
