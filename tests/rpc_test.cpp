@@ -18,9 +18,11 @@
 #include <coroutine>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <unistd.h>
 #include <vector>
 
@@ -152,14 +154,17 @@ struct running_server {
     std::stop_source stop;
     std::thread thread;
 
-    explicit running_server(rpc::server_options options = {}, endpoint_exchange how = endpoint_exchange::rdma_cm)
-        : server(configure(b, how), std::move(options)) {
+    explicit running_server(rpc::server_options options = {}, endpoint_exchange how = endpoint_exchange::rdma_cm,
+                            const std::function<void(builder&)>& tune = {})
+        : server(configure(b, how, tune), std::move(options)) {
         add_handlers(server, b.event_listener());
         l = b.listen(any_port());
         thread = std::thread([this] { sync_wait(server.serve(l, stop.get_token())); });
     }
-    static builder& configure(builder& b, endpoint_exchange how) {
+    static builder& configure(builder& b, endpoint_exchange how, const std::function<void(builder&)>& tune) {
         b.exchange(how);
+        if (tune)
+            tune(b);
         // many_clients connects its clients all at once: under
         // AddressSanitizer on a loaded host, 64 handshakes may take longer
         // than the default 10 s each side allows.
@@ -296,6 +301,27 @@ TEST_CASE("64 clients with 8 calls each in flight, every response checked, throu
     WARN(clients * calls << " calls from " << clients << " clients in " << seconds << " s");
     CHECK(wrong == 0);
     CHECK(answered == clients * calls);
+}
+
+TEST_CASE("a client's receives are posted before the server may send: no receiver-not-ready NAK, 32 at once",
+          "[rpc]") {
+    // The server sends each client its credits as soon as it sees the
+    // connection established. With rnr_retry 0 a credit frame that found
+    // the client's receives not yet posted would fail at once and close
+    // that client; the client posts them before it says it is connected
+    // (before rdma_establish's RTU, or the TCP exchange's ready byte).
+    // Over rdma_cm into the server's SRQ, over the TCP exchange into a
+    // receive queue per client.
+    auto [how, shared] = GENERATE(std::pair{endpoint_exchange::rdma_cm, true}, std::pair{endpoint_exchange::tcp, false});
+    CAPTURE(how == endpoint_exchange::tcp ? "tcp" : "rdma_cm", shared);
+    running_server s({.credits = 4, .shared_receives = shared}, how, [](builder& b) { b.rnr_retry(0); });
+    builder cb = test_builder();
+    cb.exchange(how);
+    cb.connect_timeout(60s);  // see running_server
+    std::atomic<int> wrong{0}, answered{0};
+    sync_wait(many_clients(cb, s.address(), 32, 10, 2, &wrong, &answered));
+    CHECK(wrong == 0);
+    CHECK(answered == 320);
 }
 
 TEST_CASE("every server connection receives through the server's one SRQ", "[rpc]") {

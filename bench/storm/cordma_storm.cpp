@@ -20,6 +20,9 @@
 //                 in RTS once connected (and called), and on both sides
 //                 none of this process's left in the error state once every
 //                 connection has closed (`rdma resource show qp`)
+//   --no-rnr      fail if this host's device counted a receiver-not-ready
+//                 NAK, sent or received, during the run (send_rnr_err,
+//                 rcvd_rnr_err): no frame may find its receiver unready
 //   --timeout S   bound on the whole run (default 120): a process that is
 //                 still waiting then says so and exits 1
 //
@@ -79,13 +82,14 @@ struct options {
     long calls = 1;  // rpc: calls per client
     bool tcp = false;
     bool check_qps = false;
+    bool no_rnr = false;
     long ack_timeout = 0;  // 0: the builder's default
 };
 
 void usage(std::FILE* to) {
     std::fprintf(to,
                  "usage: cordma_storm serve|connect ADDR:PORT --connections N [--kind plain|agent|rpc] "
-                 "[--depth D] [--calls K] [--exchange cm|tcp] [--ack-timeout C] [--check-qps] [--timeout S]\n");
+                 "[--depth D] [--calls K] [--exchange cm|tcp] [--ack-timeout C] [--check-qps] [--no-rnr] [--timeout S]\n");
 }
 
 builder builder_for(const options& o) {
@@ -189,6 +193,32 @@ task<void> serve_plain(const options& o, builder b) {
     co_await held.join();
 }
 
+/// The device's counters now (empty if it has none readable).
+device_counters counters_of(builder& b) {
+    const auto& device = *b.event_listener()->device();
+    try {
+        return read_device_counters(device, device.first_active_port());
+    } catch (const std::exception&) {
+        return {};
+    }
+}
+
+/// --no-rnr: says what the device counted; false if any RNR NAK.
+bool no_rnr_seen(const device_counters& seen) {
+    if (!seen.hw_counters.contains("send_rnr_err") || !seen.hw_counters.contains("rcvd_rnr_err")) {
+        std::fprintf(stderr, "cordma_storm: --no-rnr: device %s has no send_rnr_err and rcvd_rnr_err counters to "
+                             "read\n", seen.device.c_str());
+        return false;
+    }
+    unsigned long long sent = seen["send_rnr_err"], received = seen["rcvd_rnr_err"];
+    std::printf("receiver-not-ready NAKs on this host: %llu sent, %llu received\n", sent, received);
+    if (sent + received == 0)
+        return true;
+    std::fprintf(stderr, "cordma_storm: --no-rnr: this host's device counted %llu receiver-not-ready NAKs sent and "
+                         "%llu received: a frame found no receive posted\n", sent, received);
+    return false;
+}
+
 int serve_rpc(const options& o, builder b) {
     std::size_t n = static_cast<std::size_t>(o.connections);
     std::size_t total = n * static_cast<std::size_t>(o.calls);
@@ -202,9 +232,15 @@ int serve_rpc(const options& o, builder b) {
         co_return out;
     });
     listener l = b.listen(o.address);
+    device_counters before = counters_of(b);
     std::printf("listening on %s\n", l.address().c_str());
     std::fflush(stdout);
     sync_wait(server.serve(l, stop.get_token()));
+    if (o.no_rnr) {
+        device_counters seen = counters_of(b).since(before);
+        if (!no_rnr_seen(seen))
+            return 1;
+    }
     if (!o.check_qps)
         return 0;
     // Every call is answered; the clients close once theirs are. Waiting for
@@ -262,15 +298,6 @@ task<void> one_rpc(builder b, const std::string& address, long calls, storm* s) 
     }
 }
 
-/// The device's counters now (empty if it has none readable).
-device_counters counters_of(builder& b) {
-    const auto& device = *b.event_listener()->device();
-    try {
-        return read_device_counters(device, device.first_active_port());
-    } catch (const std::exception&) {
-        return {};
-    }
-}
 
 task<int> connect_all(const options& o, builder b) {
     storm s;
@@ -339,7 +366,8 @@ task<int> connect_all(const options& o, builder b) {
         std::printf("queue pairs not in RTS once connected: %zu; in the error state after closing: %ld\n", unready,
                     errors);
     }
-    co_return s.failed == 0 && unready == 0 && errors == 0 ? 0 : 1;
+    bool rnr = o.no_rnr && !no_rnr_seen(seen);
+    co_return s.failed == 0 && unready == 0 && errors == 0 && !rnr ? 0 : 1;
 }
 
 options parse(int argc, char** argv) {
@@ -363,6 +391,8 @@ options parse(int argc, char** argv) {
             o.ack_timeout = cordma_bench::parse_number("--ack-timeout", r.value(), 1, 31);
         else if (r.name() == "--check-qps")
             o.check_qps = true;
+        else if (r.name() == "--no-rnr")
+            o.no_rnr = true;
         else if (r.name() == "--exchange") {
             std::string_view e = r.value();
             if (e != "cm" && e != "tcp")

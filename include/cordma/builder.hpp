@@ -41,6 +41,7 @@ class listener;
 namespace detail {
 struct runtime;
 struct builder_shared;
+struct builder_access;
 class shared_receive_state;
 }  // namespace detail
 
@@ -345,6 +346,7 @@ public:
 
 private:
     friend class listener;
+    friend struct detail::builder_access;
     std::shared_ptr<detail::runtime> runtime();
 
     friend class shared_receive_queue;

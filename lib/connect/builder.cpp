@@ -9,6 +9,7 @@
 
 #include "connect/connect.hpp"
 #include "connect/qp_settings.hpp"
+#include "connect/ready_hook.hpp"
 #include "connect/runtime.hpp"
 #include "engine/shared_receive_state.hpp"
 
@@ -162,19 +163,30 @@ builder& builder::agent_timeout(std::chrono::milliseconds limit) {
 }
 
 task<connection> builder::connect(std::string address) {
+    return detail::builder_access::connect(*this, std::move(address), {});
+}
+
+namespace detail {
+
+task<connection> builder_access::connect(builder& b, std::string address, ready_hook hook) {
     // Parsing and name resolution happen here, on the caller's thread, so a
     // bad address throws before anything is created and DNS never blocks the
     // event listener thread.
     socket_address where = resolve(parse_address(address));
-    detail::check_handshake_settings(settings_, detail::handshake_side::connecting);
-    auto rt = runtime();
+    const connection_settings& settings = b.settings_;
+    check_handshake_settings(settings, handshake_side::connecting);
+    if (hook && settings.with_agent)
+        throw std::logic_error("cordma: a ready hook is for plain connections (builder::agent(false))");
+    auto rt = b.runtime();
     // Refused here, before anything is set up.
-    if (settings_.shared_receives)
-        rt->check_shared_receives(*settings_.shared_receives, "connect");
-    if (settings_.exchange == endpoint_exchange::tcp)
-        return detail::connect_tcp(std::move(rt), settings_, where);
-    return detail::connect_rdma_cm(std::move(rt), settings_, where);
+    if (settings.shared_receives)
+        rt->check_shared_receives(*settings.shared_receives, "connect");
+    if (settings.exchange == endpoint_exchange::tcp)
+        return connect_tcp(std::move(rt), settings, where, std::move(hook));
+    return connect_rdma_cm(std::move(rt), settings, where, std::move(hook));
 }
+
+}  // namespace detail
 
 listener builder::listen(std::string_view address) {
     socket_address where = resolve(parse_address(address, 0, true), true);

@@ -3,8 +3,11 @@
 // state (lib/rpc/client_state.hpp).
 #include "rpc/client_state.hpp"
 
+#include "connect/ready_hook.hpp"
+
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <stdexcept>
 
 #include <cordma/shared_receive_queue.hpp>
@@ -51,32 +54,37 @@ task<client> client::connect(builder b, std::string address, client_options opti
     b.agent(false);
     b.private_data(std::span<const std::byte>(bytes));
     b.shared_receives(cordma::shared_receive_queue{});
-    // The server's credit frame may beat the receives posted once connected
-    // (rdma_cm sends the RTU before this side sees ESTABLISHED): a
-    // receiver-not-ready retry then, of 0.64 ms rather than 655.
+    // A late repost (this thread starved of CPU) is retried after 0.64 ms
+    // rather than 655.
     if (b.settings().min_rnr_timer == 0)
         b.min_rnr_timer(12);
-    cordma::connection c = co_await b.connect(address);
-    std::string why;
-    std::optional<wire::header> server_hello;
-    auto data = c.peer_private_data();
-    if (data.size() >= wire::header_size)
-        server_hello = wire::decode(data.first(wire::header_size), why);
-    else
-        why = "its accept carries no rpc hello";
-    if (server_hello && (server_hello->type != wire::frame::hello || (server_hello->code & 0xffff) != wire::version ||
-                         server_hello->size < 64 || server_hello->addr == 0)) {
-        why = std::string("its hello is a ") + wire::name(server_hello->type) + " frame of version " +
-              std::to_string(server_hello->code & 0xffff);
-        server_hello.reset();
-    }
-    if (!server_hello) {
-        co_await c.close();
-        throw rpc_error(rpc_errc::protocol,
-                        "cordma::rpc::client::connect(" + address + "): not a cordma rpc server: " + why);
-    }
-    auto state = std::make_shared<detail::client_state>(b, options, c, *server_hello);
-    state->start();
+    // The server sends first (its credits) as soon as it sees the
+    // connection established, so the receives are posted before this side
+    // says it is (the ready hook): its first frame never meets a
+    // receiver-not-ready NAK.
+    std::shared_ptr<detail::client_state> state;
+    auto ready = [&](const cordma::connection& c) {
+        std::string why;
+        std::optional<wire::header> server_hello;
+        auto data = c.peer_private_data();
+        if (data.size() >= wire::header_size)
+            server_hello = wire::decode(data.first(wire::header_size), why);
+        else
+            why = "its accept carries no rpc hello";
+        if (server_hello && (server_hello->type != wire::frame::hello ||
+                             (server_hello->code & 0xffff) != wire::version || server_hello->size < 64 ||
+                             server_hello->addr == 0)) {
+            why = std::string("its hello is a ") + wire::name(server_hello->type) + " frame of version " +
+                  std::to_string(server_hello->code & 0xffff);
+            server_hello.reset();
+        }
+        if (!server_hello)
+            throw rpc_error(rpc_errc::protocol,
+                            "cordma::rpc::client::connect(" + address + "): not a cordma rpc server: " + why);
+        state = std::make_shared<detail::client_state>(b, options, c, *server_hello);
+        state->start();
+    };
+    co_await cordma::detail::builder_access::connect(b, address, ready);
     co_return client(std::move(state));
 }
 

@@ -9,10 +9,12 @@
 #include "connect/connect_backoff.hpp"
 #include "connect/rdma_cm/cm_handshake.hpp"
 #include "engine/delay.hpp"
+#include "verbs/check.hpp"
 
 namespace cordma::detail {
 
-task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where) {
+task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where,
+                                 ready_hook hook) {
     co_await rt->event_listener->schedule();
     auto deadline = std::chrono::steady_clock::now() + settings.connect_timeout;
     std::optional<cm_hello> hello;
@@ -24,7 +26,7 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
     std::exception_ptr refused;  // the last definite answer, if any
     for (connect_backoff backoff;;) {
         try {
-            data = co_await cm_connect_qp(rt, settings, where, qp_role::data, hello, deadline);
+            data = co_await cm_connect_qp(rt, settings, where, qp_role::data, hello, deadline, !hook);
             break;
         } catch (const std::system_error& e) {
             // The deadline ran out during a retry after the peer refused:
@@ -42,12 +44,29 @@ task<connection> connect_rdma_cm(std::shared_ptr<runtime> rt, connection_setting
         co_await after(*rt->event_listener, backoff.next());
     }
     std::string peer = data->cm->peer();
+    rdma_cm_id* id = data->cm->id();  // lives on in the connection's transport
     connection conn = assemble([&] {
         auto parts = parts_for(*rt, settings, std::move(data->qp), std::move(peer), std::move(data->cm), hello.has_value());
         parts.peer_private_data = std::move(data->peer_private_data);
         parts.reopen = [rt, settings, where] { return connect_rdma_cm(rt, settings, where); };
         return parts;
     }());
+    if (hook) {
+        // The listener sees ESTABLISHED, and may send, only after the RTU
+        // rdma_establish sends: the hook's receives are posted by then.
+        std::exception_ptr failure;
+        try {
+            hook(conn);
+            check_minus_one(rdma_establish(id), [&] { return "rdma_establish(" + conn.peer() + ")"; });
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        if (failure) {
+            rdma_reject(id, nullptr, 0);
+            conn.shut_down();
+            std::rethrow_exception(failure);
+        }
+    }
     if (!hello)
         co_return conn;  // a plain connection: no control QP
     hello->kind = cm_hello::control;

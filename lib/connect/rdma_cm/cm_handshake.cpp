@@ -124,7 +124,7 @@ ibv_mtu capped_mtu(const device_context& device, const qp_connect_options& optio
 
 task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settings& settings,
                             const socket_address& where, qp_role role, std::optional<cm_hello> hello,
-                            std::chrono::steady_clock::time_point deadline) {
+                            std::chrono::steady_clock::time_point deadline, bool establish) {
     std::string peer = where.to_string();
     auto cm = cm_id::make(rt, nullptr, peer);
     auto left = [&] {
@@ -200,7 +200,8 @@ task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settin
     qp->modify_to_rtr(options, nullptr, rtr, rtr_mask);
     auto [rts, rts_mask] = cm_attributes(cm->id(), IBV_QPS_RTS, peer);
     qp->modify_to_rts(options, rts, rts_mask);
-    check_minus_one(rdma_establish(cm->id()), [&] { return "rdma_establish(" + peer + ")"; });
+    if (establish)
+        check_minus_one(rdma_establish(cm->id()), [&] { return "rdma_establish(" + peer + ")"; });
     co_return cm_link{std::move(cm), std::move(qp), std::move(peer_private_data)};
 }
 

@@ -30,21 +30,23 @@ struct cm_link {
     std::vector<std::byte> peer_private_data;
 };
 
-/// Active side: resolve, route, QP, connect with `hello`, RTR, RTS,
-/// establish; all by `deadline`. Without a hello (builder::agent(false)) the
-/// connect request carries settings.private_data, and the accept's private
-/// data is the link's peer_private_data; with one, the accept must carry
-/// cordma's reply. Throws std::system_error (refused, unreachable, timed
-/// out; protocol_not_supported for a peer whose builder::agent differs),
-/// std::invalid_argument for a setting that cannot apply.
 /// How long one attempt to resolve a peer's address may take before
 /// cm_connect_qp fails with host_unreachable (and builder::connect tries
 /// again, until its deadline).
 inline constexpr std::chrono::milliseconds address_attempt{2000};
 
+/// Active side: resolve, route, QP, connect with `hello`, RTR, RTS,
+/// establish; all by `deadline`. Without a hello (builder::agent(false)) the
+/// connect request carries settings.private_data, and the accept's private
+/// data is the link's peer_private_data; with one, the accept must carry
+/// cordma's reply. `establish` false leaves the last step (rdma_establish,
+/// which sends the RTU) to the caller. Throws std::system_error (refused,
+/// unreachable, timed out; protocol_not_supported for a peer whose
+/// builder::agent differs), std::invalid_argument for a setting that
+/// cannot apply.
 task<cm_link> cm_connect_qp(std::shared_ptr<runtime> rt, const connection_settings& settings,
                             const socket_address& where, qp_role role, std::optional<cm_hello> hello,
-                            std::chrono::steady_clock::time_point deadline);
+                            std::chrono::steady_clock::time_point deadline, bool establish = true);
 
 /// Passive side, for the connect request on `cm`: QP, RTR, RTS, accept
 /// (with cordma's reply to a hello, else settings.private_data), wait until

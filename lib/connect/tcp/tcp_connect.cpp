@@ -25,7 +25,8 @@ namespace cordma::detail {
 
 using asio::ip::tcp;
 
-task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where) {
+task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings settings, socket_address where,
+                             ready_hook hook) {
     std::string peer = where.to_string();
     std::string who = "connect to " + peer;
     co_await rt->event_listener->schedule();
@@ -69,7 +70,7 @@ task<connection> connect_tcp(std::shared_ptr<runtime> rt, connection_settings se
         check(connected, who, settings.connect_timeout, "connecting over TCP");
         std::optional<connection> conn;
         try {
-            conn = co_await exchange_endpoints(rt, settings, std::move(channel), peer, who, true);
+            conn = co_await exchange_endpoints(rt, settings, std::move(channel), peer, who, true, hook);
         } catch (const handshake_error& e) {
             // The listener's backlog is full: try again (jittered, so a
             // storm's refused clients come back spread out) until the

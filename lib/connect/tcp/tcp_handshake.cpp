@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 
@@ -16,13 +17,52 @@
 #include "connect/tcp/endpoint_message.hpp"
 #include "connect/tcp/tcp_channel.hpp"
 #include "connect/tcp/tcp_io.hpp"
+#include "engine/connection_state.hpp"
 #include "engine/shared_receive_state.hpp"
 
 namespace cordma::detail {
 
+namespace {
+
+/// Sends our ready byte and reads the peer's; a ready peer settles the
+/// socket's deadline (it becomes the connection's liveness channel).
+task<void> say_ready(tcp_service& service, event_listener& el, std::shared_ptr<tcp_io> io, std::string who,
+                     std::chrono::milliseconds limit) {
+    check(co_await on_io(service, el, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_write(io->socket, asio::buffer(&io->ready_sent, 1), std::move(done));
+                         }),
+          who, limit, "telling the peer we are ready");
+    check(co_await on_io(service, el, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_read(io->socket, asio::buffer(&io->ready_received, 1),
+                                              [io, done = std::move(done)](const asio::error_code& ec, std::size_t n) {
+                                                  // Decided here, on the io thread, so the
+                                                  // deadline cannot close a socket that
+                                                  // has just become the liveness channel.
+                                                  if (!ec && !io->timed_out) {
+                                                      io->settled = true;
+                                                      try {
+                                                          io->timer.cancel();
+                                                      } catch (const std::exception&) {
+                                                      }
+                                                  }
+                                                  done(ec, n);
+                                              });
+                         }),
+          who, limit, "waiting for the peer to be ready");
+    if (io->ready_received != ready_byte)
+        throw handshake_error(make_error_code(errc::protocol_violation),
+                              who + ": malformed ready message from the peer: byte is " +
+                                  std::to_string(io->ready_received) + ", expected " + std::to_string(ready_byte) +
+                                  " ('R')");
+}
+
+}  // namespace
+
 task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
                                     std::shared_ptr<tcp_channel> channel, std::string peer, std::string who,
-                                    bool connecting) {
+                                    bool connecting, ready_hook hook) {
     tcp_service& service = channel->service();
     event_listener& el = *rt->event_listener;
     std::shared_ptr<tcp_io> io = channel->io();
@@ -126,35 +166,32 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
     options.mtu = std::min(mtu, remote.mtu);
     qp->connect(remote.endpoint, options);
 
-    check(co_await on_io(service, el, io,
-                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
-                             asio::async_write(io->socket, asio::buffer(&io->ready_sent, 1), std::move(done));
-                         }),
-          who, limit, "telling the peer we are ready");
-    check(co_await on_io(service, el, io,
-                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
-                             asio::async_read(io->socket, asio::buffer(&io->ready_received, 1),
-                                              [io, done = std::move(done)](const asio::error_code& ec, std::size_t n) {
-                                                  // Decided here, on the io thread, so the
-                                                  // deadline cannot close a socket that
-                                                  // has just become the liveness channel.
-                                                  if (!ec && !io->timed_out) {
-                                                      io->settled = true;
-                                                      try {
-                                                          io->timer.cancel();
-                                                      } catch (const std::exception&) {
-                                                      }
-                                                  }
-                                                  done(ec, n);
-                                              });
-                         }),
-          who, limit, "waiting for the peer to be ready");
-    if (io->ready_received != ready_byte)
-        throw handshake_error(make_error_code(errc::protocol_violation),
-                              who + ": malformed ready message from the peer: byte is " +
-                                  std::to_string(io->ready_received) + ", expected " + std::to_string(ready_byte) +
-                                  " ('R')");
-
+    // With a hook, the connection is made before the ready byte goes (the
+    // listener assembles, and may send, only once it has read it) and
+    // watches its socket only after the exchange (the watch reads it).
+    std::optional<connection> early;
+    if (hook) {
+        early = assemble([&] {
+            auto parts = parts_for(*rt, settings, qp, peer, nullptr, false);
+            parts.peer_private_data = std::move(io->private_received);
+            return parts;
+        }());
+        std::exception_ptr failure;
+        try {
+            hook(*early);
+            co_await say_ready(service, el, io, who, limit);
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        if (failure) {
+            early->shut_down();
+            std::rethrow_exception(failure);
+        }
+        connection_state& state = *connection_access::state(*early);
+        state.set_transport(std::move(channel));
+        co_return std::move(*early);
+    }
+    co_await say_ready(service, el, io, who, limit);
     connection conn = assemble([&] {
         auto parts = parts_for(*rt, settings, std::move(qp), peer, std::move(channel), control_qp != nullptr);
         if (!control_qp)

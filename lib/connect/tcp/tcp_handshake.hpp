@@ -10,6 +10,7 @@
 #include <cordma/connection.hpp>
 #include <cordma/task.hpp>
 
+#include "connect/ready_hook.hpp"
 #include "connect/runtime.hpp"
 
 namespace cordma::detail {
@@ -25,9 +26,11 @@ class tcp_channel;
 /// with connection_refused, naming the backlog. Throws handshake_error for
 /// what the peer or the
 /// network did wrong. `who` names this side's attempt in errors ("connect to
-/// 10.0.0.2:7471", "accept from 10.0.0.3:51234").
+/// 10.0.0.2:7471", "accept from 10.0.0.3:51234"). A client's `hook`
+/// (ready_hook; plain connections) runs on the assembled connection before
+/// it says it is ready; the connection watches its socket from then on.
 task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
                                     std::shared_ptr<tcp_channel> channel, std::string peer, std::string who,
-                                    bool connecting);
+                                    bool connecting, ready_hook hook = {});
 
 }  // namespace cordma::detail
