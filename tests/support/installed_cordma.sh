@@ -27,7 +27,7 @@ installed_cordma() {
     # changed while it copies counts as newer than the install.
     touch "$cache/stamp.new"
     if ! meson install -C "$build" --no-rebuild --destdir "$cache/dest" >"$cache/install.log" 2>&1; then
-      flock -u "$lock"
+      exec {lock}>&-
       cat "$cache/install.log" >&2
       echo "installed_cordma: meson install failed (output above)" >&2
       return 1
@@ -35,7 +35,7 @@ installed_cordma() {
     sed -n 's/^Installing \(.*\) to .*$/\1/p' "$cache/install.log" | grep -v '^symlink ' > "$cache/sources" || true
     mv "$cache/stamp.new" "$cache/stamp"
   fi
-  flock -u "$lock"
+  exec {lock}>&-  # closing it lets the lock go
   installed_cordma_dest=$cache/dest
   pc=$(find "$installed_cordma_dest" -name cordma.pc -path '*/pkgconfig/*' | head -n 1)
   [ -n "$pc" ] || { echo "installed_cordma: cordma.pc was not installed" >&2; return 1; }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <optional>
 #include <stdexcept>
 #include <system_error>
 
@@ -166,40 +165,37 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
     options.mtu = std::min(mtu, remote.mtu);
     qp->connect(remote.endpoint, options);
 
+    auto make = [&](std::shared_ptr<tcp_channel> watcher) {
+        return assemble([&] {
+            auto parts = parts_for(*rt, settings, std::move(qp), peer, std::move(watcher), control_qp != nullptr);
+            if (!control_qp)
+                parts.peer_private_data = std::move(io->private_received);
+            return parts;
+        }());
+    };
+    if (!hook) {
+        co_await say_ready(service, el, io, who, limit);
+        connection conn = make(std::move(channel));
+        if (control_qp)
+            attach_control(conn, std::move(control_qp));
+        co_return conn;
+    }
     // With a hook, the connection is made before the ready byte goes (the
     // listener assembles, and may send, only once it has read it) and
     // watches its socket only after the exchange (the watch reads it).
-    std::optional<connection> early;
-    if (hook) {
-        early = assemble([&] {
-            auto parts = parts_for(*rt, settings, qp, peer, nullptr, false);
-            parts.peer_private_data = std::move(io->private_received);
-            return parts;
-        }());
-        std::exception_ptr failure;
-        try {
-            hook(*early);
-            co_await say_ready(service, el, io, who, limit);
-        } catch (...) {
-            failure = std::current_exception();
-        }
-        if (failure) {
-            early->shut_down();
-            std::rethrow_exception(failure);
-        }
-        connection_state& state = *connection_access::state(*early);
-        state.set_transport(std::move(channel));
-        co_return std::move(*early);
+    connection conn = make(nullptr);
+    std::exception_ptr failure;
+    try {
+        hook(conn);
+        co_await say_ready(service, el, io, who, limit);
+    } catch (...) {
+        failure = std::current_exception();
     }
-    co_await say_ready(service, el, io, who, limit);
-    connection conn = assemble([&] {
-        auto parts = parts_for(*rt, settings, std::move(qp), peer, std::move(channel), control_qp != nullptr);
-        if (!control_qp)
-            parts.peer_private_data = std::move(io->private_received);
-        return parts;
-    }());
-    if (control_qp)
-        attach_control(conn, std::move(control_qp));
+    if (failure) {
+        conn.shut_down();
+        std::rethrow_exception(failure);
+    }
+    connection_access::state(conn)->set_transport(std::move(channel));
     co_return conn;
 }
 
