@@ -38,6 +38,8 @@
 #include <cordma/task_group.hpp>
 #include <cordma/when_all.hpp>
 
+#define CORDMA_DEFINE_ALLOCATION_COUNTER
+#include "support/allocation_counter.hpp"
 #include "support/deadline.hpp"
 #include "support/peer_process.hpp"
 #include "support/rxe_device.hpp"
@@ -556,6 +558,38 @@ TEST_CASE("a call's deadline and its stop token end it at once; the client goes 
     // Calls after them work; the late answers (3 s on) are dropped.
     CHECK(matches(c.call_sync(1, payload(8, 64)), 8));
     CHECK(c.call_sync(3, slow_request(10)).size() == 4);
+}
+
+TEST_CASE("an rpc call's allocations in steady state, both sides, counted", "[rpc][allocation]") {
+    running_server s;
+    builder cb = test_builder();
+    rpc::client c = sync_wait(rpc::client::connect(cb, s.address()));
+    std::vector<std::byte> request = payload(7, 64);
+    std::vector<std::byte> response;
+    constexpr int calls = 1000;
+    auto counted = sync_wait([&]() -> task<std::uint64_t> {
+        for (int i = 0; i < 100; ++i)  // warm up: caches, spare nodes, frame buffers
+            response = co_await c.call(1, request);
+        testing::allocation_counter counter;
+        for (int i = 0; i < calls; ++i)
+            response = co_await c.call(1, request);
+        co_return counter.all_threads().allocations;
+    }());
+    CHECK(response == request);
+    // Two per call today, both the API's: the handler's response vector
+    // and the one call() returns (issue 33 asks for 0: calls and handlers
+    // that fill the caller's memory). The id's node in the client's table
+    // is recycled (3 before). What is left over comes from the liveness
+    // read, once a second, not per call.
+    // Under the sanitizers frames are not cached (detail/frame_cache.hpp):
+    // then the call's coroutines allocate theirs too.
+    double per_call = double(counted) / calls;
+    WARN("allocations per 64 B echo call, client and server: " << per_call);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    CHECK(per_call < 10);
+#else
+    CHECK(per_call < 2.5);
+#endif
 }
 
 TEST_CASE("credits bound a client's calls in flight; the rest wait in order", "[rpc]") {

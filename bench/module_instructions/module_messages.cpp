@@ -95,6 +95,10 @@ builder make_builder(const config& cfg) {
         b.device(cfg.device);
     b.polling(cfg.polling);
     b.exchange(cfg.exchange);
+    // Under valgrind every step runs tens of times slower: the default
+    // 10 s for a handshake ran out ("timed out ... telling the peer we
+    // are ready"). The run's own --timeout bounds it instead.
+    b.connect_timeout(std::chrono::seconds(cfg.timeout_s));
     return b;
 }
 

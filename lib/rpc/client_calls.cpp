@@ -45,7 +45,7 @@ task<std::vector<std::byte>> client_state::call(std::uint32_t method, std::span<
             }
         }
     } g{this, &c};
-    calls_.emplace(c.id, &c);
+    track(c);
     c.limit = o.deadline.count() > 0 ? o.deadline : options_.deadline;
     c.deadline = coarse_clock::now() + c.limit + coarse_clock::resolution();
     watch_deadline(c.deadline);

@@ -28,6 +28,9 @@ client_state::client_state(builder b, client_options options, cordma::connection
       server_max_request_(hello.addr),
       liveness_word_{hello.id, 8, hello.rkey, access_flags::remote_read} {
     liveness_local_ = builder_.pool()->allocate(8);
+    // Spare nodes for as many calls as the server lets run at once, and as
+    // many waiting for a credit; beyond that a call may allocate its node.
+    spare_nodes_.reserve(2 * std::size_t(std::max<std::uint32_t>(credits_, 16)));
 }
 
 void client_state::start() {
@@ -227,9 +230,26 @@ void client_state::finish(pending_call& c, std::optional<rpc_errc> error, std::s
         c.waiter.resume();
 }
 
+void client_state::track(pending_call& c) {
+    if (spare_nodes_.empty()) {
+        calls_.emplace(c.id, &c);
+        return;
+    }
+    auto node = std::move(spare_nodes_.back());
+    spare_nodes_.pop_back();
+    node.key() = c.id;
+    node.mapped() = &c;
+    calls_.insert(std::move(node));
+}
+
 void client_state::forget(pending_call& c) noexcept {
-    if (auto it = calls_.find(c.id); it != calls_.end() && it->second == &c)
-        calls_.erase(it);
+    if (auto it = calls_.find(c.id); it != calls_.end() && it->second == &c) {
+        auto node = calls_.extract(it);
+        // Kept for the next call while the vector has room: growing it
+        // would be an allocation of its own (the node is freed instead).
+        if (spare_nodes_.size() < spare_nodes_.capacity())
+            spare_nodes_.push_back(std::move(node));
+    }
     if (auto it = std::find(credit_waiters_.begin(), credit_waiters_.end(), &c); it != credit_waiters_.end())
         credit_waiters_.erase(it);
     if (c.registration && c.sent && !broken_) {

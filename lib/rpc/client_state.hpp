@@ -122,6 +122,8 @@ private:
     void fail(std::uint64_t id, rpc_errc error, std::string message);
     void broken(rpc_errc error, const std::string& why);
     void grant();
+    /// In calls_ under its id, in a spare node if there is one.
+    void track(pending_call& c);
     void forget(pending_call& c) noexcept;
     /// Deadlines: one timer for the earliest of the calls', re-armed as it
     /// fires, rather than one per call (a kernel timeout each, alive for the
@@ -152,6 +154,9 @@ private:
     local_mr liveness_local_;
     std::uint64_t next_id_ = 1;
     std::unordered_map<std::uint64_t, pending_call*> calls_;
+    // Nodes of calls_ whose calls ended, for the next calls (track): a call
+    // allocates no node while one is here.
+    std::vector<std::unordered_map<std::uint64_t, pending_call*>::node_type> spare_nodes_;
     std::deque<pending_call*> credit_waiters_;
     // Large requests of calls that ended early: registered until the
     // server answers them (it may still be reading).
