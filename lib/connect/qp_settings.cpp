@@ -180,8 +180,6 @@ qp_connect_options qp_options(const connection_settings& s, const device_context
 void wait_for_receivers(builder& b) {
     if (b.settings().rnr_retry == qp_defaults::rnr_retry)
         b.rnr_retry(7);
-    if (b.settings().min_rnr_timer == qp_defaults::min_rnr_timer)
-        b.min_rnr_timer(12);
 }
 
 }  // namespace cordma::detail

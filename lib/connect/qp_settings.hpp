@@ -73,12 +73,7 @@ inline qp_connect_options control_qp_options(qp_connect_options data) noexcept {
 /// (rnr_retry 7, "forever"), unless the builder set another count. 6
 /// retries of 655 ms gave up on a peer stopped for 4 s; a host that is
 /// gone sends no receiver-not-ready NAK at all, so the retry count still
-/// finds it. And its receiver-not-ready NAKs ask for a retry after 0.64 ms
-/// (min_rnr_timer 12) rather than rdma_cm's 655 ms, unless the builder set
-/// another: a frame that finds a peer's receives missing (its process
-/// stopped or starved, late to repost) arrives within a millisecond of
-/// their return, not up to 655 ms later. Used by stream, group, the C API
-/// and the rpc server.
+/// finds it. Used by stream, group, the C API and the rpc server.
 void wait_for_receivers(builder& b);
 
 /// The agent's control QP: its flow control keeps at most a window of

@@ -21,7 +21,6 @@
 #include <utility>
 
 #include "engine/event_listener_timer.hpp"
-#include "engine/exit_wait.hpp"
 #include "verbs/check.hpp"
 #include "log/logf.hpp"
 
@@ -89,11 +88,6 @@ void wait_at_exit() noexcept {
 }
 
 }  // namespace
-
-void detail::wait_at_exit_for_statics_made_so_far() noexcept {
-    wait_at_exit();
-    (void)std::atexit(wait_for_detached_threads);
-}
 
 const char* to_string(polling_mode mode) noexcept {
     switch (mode) {

@@ -63,16 +63,18 @@ server_state::server_state(builder& b, server_options options)
     b.agent(false);
     b.private_data(std::span<const std::byte>(bytes));
     b.shared_receives(srq_);
+    // A client whose request finds no receive posted (without the SRQ, or
+    // a client of another server on this builder) retries after this
+    // rather than 655 ms.
+    if (b.settings().min_rnr_timer == 0)
+        b.min_rnr_timer(12);
     // The server's first frame to a client, its credits, may reach it
     // before the client has posted its receives (rdma_cm sends the
     // client's RTU before the client sees the connection established):
     // its receiver-not-ready NAKs are retried until it has, which a client
     // does at once (it posts room for every frame the server may send).
     // A client that is gone is found by the transport's retries and the
-    // connection's events, never by these. A client whose request finds no
-    // receive posted (without the SRQ, or a client of another server on
-    // this builder) retries after 0.64 ms rather than 655 (also
-    // wait_for_receivers).
+    // connection's events, never by these.
     cordma::detail::wait_for_receivers(b);
     builder_ = b;
 }
