@@ -155,7 +155,11 @@ void tcp_acceptor::accept_next(std::shared_ptr<accept_io> io, event_listener* el
     auto* raw = io.get();
     raw->acceptor.async_accept([io = std::move(io), el, owner](const asio::error_code& ec,
                                                                      tcp::socket socket) mutable {
-        if (ec == asio::error::operation_aborted || !io->acceptor.is_open())
+        // A closed acceptor first: its aborted accept can complete while a
+        // program exits, after asio's error categories are destroyed, and
+        // comparing `ec` with one of them would touch a dead object
+        // (UBSan's invalid vptr in agent_asan at exit).
+        if (!io->acceptor.is_open() || ec == asio::error::operation_aborted)
             return;
         if (ec) {
             // Not this client's fault (out of descriptors, ...): try again
