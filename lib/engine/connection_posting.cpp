@@ -127,6 +127,8 @@ void connection_state::post(operation_base* op, work_slot* slot) {
             wr.wr.atomic.rkey = op->remote.rkey;
             wr.wr.atomic.compare_add = op->compare_add;
             wr.wr.atomic.swap = op->swap;
+            if (atomic_results_ == nullptr) [[unlikely]]
+                make_atomic_results();
             if (check_atomic_results_)
                 *slot->atomic_result = atomic_poison;
             slot->sges[0] = {reinterpret_cast<std::uint64_t>(slot->atomic_result), 8, slot->atomic_lkey};

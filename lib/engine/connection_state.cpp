@@ -28,23 +28,7 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, s
       send_slots_(qp_->capacity().max_send_wr), recv_slots_(qp_->capacity().max_recv_wr),
       results_pool_(results_pool) {
     check_atomic_results_ = event_listener_->device()->attributes().vendor_id == rxe_vendor_id;
-    // A registration per connection costs a storm of them an ibv_reg_mr and
-    // an ibv_dereg_mr each: the builder's pool registers once for many.
-    std::uint32_t results_lkey = 0;
-    if (results_pool && !send_slots_.empty()) {
-        atomic_results_block_ = results_pool->allocate(send_slots_.size() * sizeof(std::uint64_t),
-                                                       alignof(std::uint64_t));
-        atomic_results_ = reinterpret_cast<std::uint64_t*>(atomic_results_block_.data());
-        results_lkey = atomic_results_block_.lkey();
-    } else {
-        own_atomic_results_.resize(send_slots_.size());
-        atomic_results_ = own_atomic_results_.data();
-        atomic_results_mr_ = memory_region::register_memory(qp_->pd(), own_atomic_results_.data(),
-                                                            own_atomic_results_.size() * sizeof(std::uint64_t),
-                                                            access_flags::local_write);
-        results_lkey = atomic_results_mr_.lkey();
-    }
-    auto init = [this, results_lkey](std::vector<work_slot>& slots, bool receive) {
+    auto init = [this](std::vector<work_slot>& slots, bool receive) {
         work_slot* head = nullptr;
         for (std::size_t i = slots.size(); i-- > 0;) {
             work_slot& slot = slots[i];
@@ -53,8 +37,6 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, s
             slot.receive = receive;
             slot.next_free = head;
             if (!receive) {
-                slot.atomic_result = &atomic_results_[i];
-                slot.atomic_lkey = results_lkey;
                 slot.wr.wr_id = slot.as_wr_id();
                 slot.wr.sg_list = slot.sges.data();
             }
@@ -70,6 +52,29 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, s
     // queue never runs dry waiting for a completion that comes late (a
     // chain of large writes keeps three quarters of them in flight).
     signal_every_ = static_cast<std::uint32_t>(std::clamp<std::size_t>(send_slots_.size() / 4, 1, 32));
+}
+
+void connection_state::make_atomic_results() {
+    // A registration per connection costs a storm of them an ibv_reg_mr and
+    // an ibv_dereg_mr each: the builder's pool registers once for many.
+    std::uint32_t lkey = 0;
+    if (results_pool_) {
+        atomic_results_block_ =
+            results_pool_->allocate(send_slots_.size() * sizeof(std::uint64_t), alignof(std::uint64_t));
+        atomic_results_ = reinterpret_cast<std::uint64_t*>(atomic_results_block_.data());
+        lkey = atomic_results_block_.lkey();
+    } else {
+        own_atomic_results_.resize(send_slots_.size());
+        atomic_results_mr_ = memory_region::register_memory(qp_->pd(), own_atomic_results_.data(),
+                                                            own_atomic_results_.size() * sizeof(std::uint64_t),
+                                                            access_flags::local_write);
+        atomic_results_ = own_atomic_results_.data();
+        lkey = atomic_results_mr_.lkey();
+    }
+    for (std::size_t i = 0; i < send_slots_.size(); ++i) {
+        send_slots_[i].atomic_result = &atomic_results_[i];
+        send_slots_[i].atomic_lkey = lkey;
+    }
 }
 
 connection_state::~connection_state() {

@@ -176,6 +176,10 @@ private:
     std::exception_ptr flushed_error(const operation_base* op, const ibv_wc& wc) noexcept;
     /// The error of an atomic rxe completed without its result.
     std::exception_ptr atomic_result_lost(const operation_base* op) noexcept;
+    /// Event listener thread, at the first atomic posted: every send
+    /// slot's result word, registered for local writes. Throws (that atomic
+    /// fails) if the memory cannot be had.
+    void make_atomic_results();
     void enqueue(operation_base* op) noexcept;
     void unlink(operation_base* op) noexcept;
     void promote_waiters(bool receive) noexcept;
@@ -193,7 +197,9 @@ private:
     work_slot* free_send_ = nullptr;
     work_slot* free_recv_ = nullptr;
     // One atomic result slot per send slot: in atomic_results_block_ (from
-    // the builder's pool) or own_atomic_results_ (registered alone).
+    // the builder's pool) or own_atomic_results_ (registered alone), made
+    // by the first atomic posted (make_atomic_results), so a connection
+    // that never does one pins nothing for them (an rpc server's clients).
     std::uint64_t* atomic_results_ = nullptr;
     std::shared_ptr<memory_pool> results_pool_;
     local_mr atomic_results_block_;

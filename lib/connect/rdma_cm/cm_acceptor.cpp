@@ -300,6 +300,14 @@ task<void> cm_acceptor::handshake(std::shared_ptr<cm_acceptor>, connect_request 
     try {
         auto cm = cm_id::make(rt_, request.id, peer_of(request.id));
         auto qp = co_await cm_accept_qp(rt_, settings_, cm, qp_role::data, request.hello);
+        // The listener closed while this client was answering: make
+        // nothing more for it (no agent, no pool memory, which could hold
+        // a chunk registered after the application has moved on); its QP
+        // and cm id go, and the client sees the disconnect.
+        if (ready_->closed()) {
+            handshake_ended();
+            co_return;
+        }
         std::string peer = cm->peer();
         connection conn = assemble([&] {
             auto parts = parts_for(*rt_, settings_, std::move(qp), std::move(peer), std::move(cm),
