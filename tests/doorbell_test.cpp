@@ -33,7 +33,7 @@ struct fixture {
     explicit fixture(polling_mode mode = polling_mode::event)
         : el(event_listener::start(test::open_test_device(), {.mode = mode})),
           pool(memory_pool::create(protection_domain::create(el->device()))) {
-        qp_capacity capacity;  // 128 send entries: a completion retires at most 32
+        qp_capacity capacity;  // 127 send entries: a completion retires at most 31
         std::tie(client, server) = test::adopted_pair(el, pool->pd(), capacity);
     }
 

@@ -456,16 +456,16 @@ TEST_CASE("bad arguments to receive_queue are refused by name", "[receive_queue]
     fixture f;
     CHECK_THROWS_WITH(receive_queue(connection{}, 4, 64), Catch::Contains("receive_queue: an empty connection"));
     CHECK_THROWS_WITH(receive_queue(f.server, 0, 64), Catch::Contains("count and buffer_size must both be at least 1"));
-    CHECK_THROWS_WITH(receive_queue(f.server, 129, 64),
-                      Catch::Contains("receive_queue(count=129, buffer_size=64) on the connection to client") &&
-                          Catch::Contains("has only 128 entries") && Catch::Contains("builder::recv_queue_depth"));
+    CHECK_THROWS_WITH(receive_queue(f.server, 128, 64),
+                      Catch::Contains("receive_queue(count=128, buffer_size=64) on the connection to client") &&
+                          Catch::Contains("has only 127 entries") && Catch::Contains("builder::recv_queue_depth"));
     std::vector<std::byte> raw(64);
     local_mr read_only = register_local_mr(f.pool->pd(), raw.data(), raw.size(), access_flags::remote_read);
     CHECK_THROWS_WITH(receive_queue(f.server, std::vector<local_slice>{f.pool->allocate(64).all(), read_only.all()}),
                       Catch::Contains("buffer 1 is registered with") && Catch::Contains("without local_write"));
     receive_queue empty;
     CHECK_THROWS_WITH((void)empty.next(), Catch::Contains("receive_queue::next: an empty receive_queue"));
-    // Nothing was posted by the refused ones: a queue of all 128 fits.
-    receive_queue full(f.server, 128, 64, f.pool);
-    CHECK(full.size() == 128);
+    // Nothing was posted by the refused ones: a queue of all 127 fits.
+    receive_queue full(f.server, 127, 64, f.pool);
+    CHECK(full.size() == 127);
 }

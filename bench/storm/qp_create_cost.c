@@ -37,6 +37,11 @@ static const struct capacity capacities[] = {
     {128, 128, 4, 4, 64, "cordma's default"},
     {128, 128, 1, 1, 0, ""},
     {24, 24, 1, 1, 0, "cordma's agent control QP"},
+    {127, 127, 4, 4, 64, ""},
+    {127, 127, 1, 1, 64, ""},
+    {127, 127, 2, 2, 32, ""},
+    {63, 63, 4, 4, 64, ""},
+    {127, 1, 4, 1, 64, ""},
 };
 
 int main(int argc, char **argv) {
