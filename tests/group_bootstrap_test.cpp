@@ -129,6 +129,25 @@ TEST_CASE("rendezvous: four ranks all get the same full list", "[rendezvous]") {
         CHECK(f.get() == expected_list(4));
 }
 
+// Issue 32: a group's rank 0 takes a burst of clients as every server
+// does. 64 ranks reach rank 0's rendezvous at once (the kernel's accept
+// queue holds them all: max_listen_connections), and every rank gets the
+// whole list.
+TEST_CASE("rendezvous: 64 ranks reaching rank 0 at once all get the full list", "[rendezvous]") {
+    auto port = free_port();
+    auto deadline = clock_type::now() + 60s;
+    constexpr int world = 65;
+    std::vector<std::future<std::vector<std::string>>> ranks;
+    ranks.push_back(start_rank(0, world, port, deadline));
+    for (int r = 1; r < world; ++r)
+        ranks.push_back(start_rank(r, world, port, deadline));
+    std::vector<std::string> expected = expected_list(world);
+    int right = 0;
+    for (auto& f : ranks)
+        right += f.get() == expected ? 1 : 0;
+    CHECK(right == world);
+}
+
 TEST_CASE("rendezvous: rank 0 started last; the others retry until it is up", "[rendezvous]") {
     auto port = free_port();
     auto deadline = clock_type::now() + 10s;
