@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "engine/event_listener_timer.hpp"
+#include "engine/exit_wait.hpp"
 #include "verbs/check.hpp"
 #include "log/logf.hpp"
 
@@ -89,6 +90,25 @@ void wait_at_exit() noexcept {
 
 }  // namespace
 
+void detail::exit_wait_begin() noexcept {
+    wait_at_exit();
+    detached_threads& d = detached();
+    std::lock_guard lock(d.mutex);
+    ++d.running;
+}
+
+void detail::exit_wait_after_statics() noexcept {
+    wait_at_exit();
+    (void)std::atexit(wait_for_detached_threads);
+}
+
+void detail::exit_wait_end() noexcept {
+    detached_threads& d = detached();
+    std::lock_guard lock(d.mutex);
+    if (--d.running == 0)
+        d.none_running.notify_all();
+}
+
 const char* to_string(polling_mode mode) noexcept {
     switch (mode) {
     case polling_mode::event: return "event";
@@ -112,9 +132,7 @@ struct event_listener::handle {
             return;
         el->request_stop();
         if (el->running_in_this_thread()) {
-            detached_threads& d = detached();
-            std::lock_guard lock(d.mutex);
-            ++d.running;
+            detail::exit_wait_begin();
             detached_this_thread = true;
             el->thread_.detach();
         } else if (el->thread_.joinable()) {
@@ -136,12 +154,8 @@ std::shared_ptr<event_listener> event_listener::start(std::shared_ptr<device_con
         // The listener goes here (if this is its last reference), while an
         // exit that has begun still waits for this thread.
         self.reset();
-        if (detached_this_thread) {
-            detached_threads& d = detached();
-            std::lock_guard lock(d.mutex);
-            if (--d.running == 0)
-                d.none_running.notify_all();
-        }
+        if (detached_this_thread)
+            detail::exit_wait_end();
     });
     ready.wait();
     auto h = std::make_shared<handle>();
