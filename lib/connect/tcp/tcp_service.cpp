@@ -54,9 +54,9 @@ tcp_service::~tcp_service() {
         detached_io_thread = true;
         exit_wait_begin();
         thread_.detach();
-    }
-    else
+    } else {
         thread_.join();
+    }
 }
 
 tcp_service& tcp_service::of(runtime& rt) {
