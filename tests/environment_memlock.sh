@@ -17,6 +17,9 @@ done
 # still finishing as its listener closes) must not count against the next.
 for section in "the default builder's 4 MiB chunk passes the limit" \
                "with 64 KiB chunks the same connection carries data"; do
-  setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \
-    prlimit --memlock=4194304:4194304 "$1" '[.memlock]' -c "$section" --durations yes
+  out=$(setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \
+    prlimit --memlock=4194304:4194304 "$1" '[.memlock]' -c "$section" --durations yes) || { echo "$out"; exit 1; }
+  echo "$out"
+  # Catch runs none and passes when -c names no section: fail instead.
+  grep -qF " s: $section" <<<"$out" || { echo "environment_memlock: no section named '$section' ran" >&2; exit 1; }
 done
