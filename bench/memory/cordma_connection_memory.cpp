@@ -554,11 +554,12 @@ int main(int argc, char** argv) try {
                 "KiB per connection = (after N connections - after the one-time setup) / N. registered: every MR of "
                 "the process (rdma resource show mr); of which pool: chunks the builder's memory pool registered; "
                 "own MRs: the rest; pool in use: memory_pool::bytes_in_use(); heap: mallinfo2 uordblks + hblkhd, "
-                "less the pool's chunks (malloc'd, counted as registered).\n\n",
+                "less the pool's chunks (malloc'd, counted as registered); resident: VmRSS (everything touched: heap, "
+                "registered memory, work slots, the driver's queue rings).\n\n",
                 cfg.n, cfg.pool_chunk_size ? (std::to_string(cfg.pool_chunk_size) + " B").c_str() : "default (4 MiB)");
     std::printf("| kind | side | registered | of which pool chunks | own MRs | pool in use | own MRs + pool in use | "
-                "heap | QPs | one-time registered | one-time heap |\n");
-    std::printf("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+                "heap | resident | QPs | one-time registered | one-time heap |\n");
+    std::printf("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     for (const auto& r : results) {
         for (int server = 0; server <= 1; ++server) {
             const side_result& s = server ? r.server : r.client;
@@ -568,10 +569,12 @@ int main(int argc, char** argv) try {
             double in_use = double(s.after.pool_in_use - s.one_time.pool_in_use);
             double heap = double(s.after.heap - s.one_time.heap) - chunks;
             double once_chunks = double(s.one_time.pool_registered - s.before.pool_registered);
-            std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %.3g | %s | %s |\n", label(r.kind), side.c_str(),
-                        kib(registered / n).c_str(), kib(chunks / n).c_str(), kib((registered - chunks) / n).c_str(),
-                        kib(in_use / n).c_str(), kib((registered - chunks + in_use) / n).c_str(),
-                        kib(heap / n).c_str(), double(s.after.qps - s.one_time.qps) / n,
+            double resident = 1024.0 * double(s.after.rss_kib - s.one_time.rss_kib);
+            std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.3g | %s | %s |\n", label(r.kind),
+                        side.c_str(), kib(registered / n).c_str(), kib(chunks / n).c_str(),
+                        kib((registered - chunks) / n).c_str(), kib(in_use / n).c_str(),
+                        kib((registered - chunks + in_use) / n).c_str(), kib(heap / n).c_str(),
+                        kib(resident / n).c_str(), double(s.after.qps - s.one_time.qps) / n,
                         kib(double(s.one_time.registered - s.before.registered)).c_str(),
                         kib(double(s.one_time.heap - s.before.heap) - once_chunks).c_str());
         }

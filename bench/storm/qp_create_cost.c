@@ -1,7 +1,7 @@
 // qp_create_cost: what a queue pair's capacity costs to create, on the
 // device itself (raw verbs, no cordma): the storm report's explanation of
-// why a connection with cordma's default queues (128 + 128 work requests,
-// 4 SGEs, 64 inline bytes) costs more than one with cmtime's (1 + 1).
+// why a connection with cordma's default queues (127 + 127 work requests,
+// 4 SGEs, 64 inline bytes; 128 + 128 until 2026-11-28) costs more than one with cmtime's (1 + 1).
 //
 // Why: a connection storm on one host is CPU-bound, and ibv_create_qp's
 // cost grows with the queues it allocates (rxe vmallocs, zeroes and maps
@@ -34,10 +34,10 @@ static const struct capacity capacities[] = {
     {16, 16, 4, 4, 64, ""},
     {32, 32, 4, 4, 64, ""},
     {64, 64, 4, 4, 64, ""},
-    {128, 128, 4, 4, 64, "cordma's default"},
+    {128, 128, 4, 4, 64, "cordma's default until 2026-11-28"},
     {128, 128, 1, 1, 0, ""},
     {24, 24, 1, 1, 0, "cordma's agent control QP"},
-    {127, 127, 4, 4, 64, ""},
+    {127, 127, 4, 4, 64, "cordma's default"},
     {127, 127, 1, 1, 64, ""},
     {127, 127, 2, 2, 32, ""},
     {63, 63, 4, 4, 64, ""},

@@ -46,19 +46,18 @@ bool connection_state::start(operation_base* op) noexcept {
         adopt_orphan(op);
         return true;
     }
-    work_slot*& free = receive ? free_recv_ : free_send_;
-    if (free == nullptr) {
+    work_slot* slot = take_slot(receive);
+    if (slot == nullptr) {
         enqueue(op);
         return true;
     }
-    work_slot* slot = free;
-    free = slot->next_free;
     try {
         post(op, slot);
     } catch (...) {
         for (auto& b : slot->buffers)
             b = local_slice{};
         slot->op = nullptr;
+        work_slot*& free = receive ? free_recv_ : free_send_;
         slot->next_free = free;
         free = slot;
         fail(op, std::current_exception());
@@ -276,8 +275,7 @@ void connection_state::promote_waiters(bool receive) noexcept {
         return;
     for (;;) {
         operation_base*& head = receive ? recv_waiters_head_ : send_waiters_head_;
-        work_slot* free = receive ? free_recv_ : free_send_;
-        bool room = free != nullptr || (receive && (kept_head_ != nullptr || unadopted_orphans_ > 0));
+        bool room = has_free_slot(receive) || (receive && (kept_head_ != nullptr || unadopted_orphans_ > 0));
         if (head == nullptr || !room)
             return;
         operation_base* op = head;

@@ -41,19 +41,14 @@ void connection_state::hand_orphans_to(receive_queue_state* queue, std::vector<w
 }
 
 std::size_t connection_state::free_recv_slots() const noexcept {
-    std::size_t n = 0;
+    std::size_t n = recv_slots_.capacity() - recv_slots_.made();  // not made yet
     for (const work_slot* s = free_recv_; s != nullptr; s = s->next_free)
         ++n;
     return n;
 }
 
 work_slot* connection_state::take_recv_slot() noexcept {
-    work_slot* slot = free_recv_;
-    if (slot != nullptr) {
-        free_recv_ = slot->next_free;
-        slot->next_free = nullptr;
-    }
-    return slot;
+    return take_slot(true);
 }
 
 void connection_state::post_receive(work_slot* slot) {

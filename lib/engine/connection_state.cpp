@@ -28,30 +28,43 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, s
       send_slots_(qp_->capacity().max_send_wr), recv_slots_(qp_->capacity().max_recv_wr),
       results_pool_(results_pool) {
     check_atomic_results_ = event_listener_->device()->attributes().vendor_id == rxe_vendor_id;
-    auto init = [this](std::vector<work_slot>& slots, bool receive) {
-        work_slot* head = nullptr;
-        for (std::size_t i = slots.size(); i-- > 0;) {
-            work_slot& slot = slots[i];
-            slot.on_complete = &connection_state::on_complete;
-            slot.owner = this;
-            slot.receive = receive;
-            slot.next_free = head;
-            if (!receive) {
-                slot.wr.wr_id = slot.as_wr_id();
-                slot.wr.sg_list = slot.sges.data();
-            }
-            head = &slot;
-        }
-        return head;
-    };
-    free_send_ = init(send_slots_, false);
-    free_recv_ = init(recv_slots_, true);
     bell_.ring = &connection_state::on_ring;
     bell_.self = this;
     // One completion retires at most a quarter of the send queue, so the
     // queue never runs dry waiting for a completion that comes late (a
     // chain of large writes keeps three quarters of them in flight).
-    signal_every_ = static_cast<std::uint32_t>(std::clamp<std::size_t>(send_slots_.size() / 4, 1, 32));
+    signal_every_ = static_cast<std::uint32_t>(std::clamp<std::size_t>(send_slots_.capacity() / 4, 1, 32));
+}
+
+work_slot* connection_state::take_slot(bool receive) noexcept {
+    work_slot*& free = receive ? free_recv_ : free_send_;
+    if (free != nullptr) {
+        work_slot* slot = free;
+        free = slot->next_free;
+        slot->next_free = nullptr;
+        return slot;
+    }
+    slot_array& slots = receive ? recv_slots_ : send_slots_;
+    std::size_t index = slots.made();
+    work_slot* slot = slots.make();
+    if (slot == nullptr)
+        return nullptr;  // every slot is in use
+    slot->on_complete = &connection_state::on_complete;
+    slot->owner = this;
+    slot->receive = receive;
+    if (!receive) {
+        slot->wr.wr_id = slot->as_wr_id();
+        slot->wr.sg_list = slot->sges.data();
+        if (atomic_results_ != nullptr) {
+            slot->atomic_result = &atomic_results_[index];
+            slot->atomic_lkey = atomic_lkey_;
+        }
+    }
+    return slot;
+}
+
+bool connection_state::has_free_slot(bool receive) const noexcept {
+    return (receive ? free_recv_ : free_send_) != nullptr || !(receive ? recv_slots_ : send_slots_).full();
 }
 
 void connection_state::make_atomic_results() {
@@ -60,18 +73,20 @@ void connection_state::make_atomic_results() {
     std::uint32_t lkey = 0;
     if (results_pool_) {
         atomic_results_block_ =
-            results_pool_->allocate(send_slots_.size() * sizeof(std::uint64_t), alignof(std::uint64_t));
+            results_pool_->allocate(send_slots_.capacity() * sizeof(std::uint64_t), alignof(std::uint64_t));
         atomic_results_ = reinterpret_cast<std::uint64_t*>(atomic_results_block_.data());
         lkey = atomic_results_block_.lkey();
     } else {
-        own_atomic_results_.resize(send_slots_.size());
+        own_atomic_results_.resize(send_slots_.capacity());
         atomic_results_mr_ = memory_region::register_memory(qp_->pd(), own_atomic_results_.data(),
                                                             own_atomic_results_.size() * sizeof(std::uint64_t),
                                                             access_flags::local_write);
         atomic_results_ = own_atomic_results_.data();
         lkey = atomic_results_mr_.lkey();
     }
-    for (std::size_t i = 0; i < send_slots_.size(); ++i) {
+    atomic_lkey_ = lkey;
+    // The slots made so far; take_slot gives later ones theirs.
+    for (std::size_t i = 0; i < send_slots_.made(); ++i) {
         send_slots_[i].atomic_result = &atomic_results_[i];
         send_slots_[i].atomic_lkey = lkey;
     }

@@ -20,6 +20,7 @@
 #include <cordma/task.hpp>
 #include <cordma/detail/operation.hpp>
 #include "engine/transport.hpp"
+#include "engine/slot_array.hpp"
 #include "engine/work_slot.hpp"
 
 namespace cordma::detail {
@@ -180,6 +181,10 @@ private:
     /// slot's result word, registered for local writes. Throws (that atomic
     /// fails) if the memory cannot be had.
     void make_atomic_results();
+    /// A free slot of the send or receive queue: one given back, else one
+    /// made now; nullptr when every slot is in use.
+    work_slot* take_slot(bool receive) noexcept;
+    bool has_free_slot(bool receive) const noexcept;
     void enqueue(operation_base* op) noexcept;
     void unlink(operation_base* op) noexcept;
     void promote_waiters(bool receive) noexcept;
@@ -192,8 +197,10 @@ private:
     std::shared_ptr<detail::transport> transport_;
     std::string peer_;
 
-    std::vector<work_slot> send_slots_;
-    std::vector<work_slot> recv_slots_;
+    // Made on first use (slot_array.hpp); the free lists hold the slots
+    // made and given back.
+    slot_array send_slots_;
+    slot_array recv_slots_;
     work_slot* free_send_ = nullptr;
     work_slot* free_recv_ = nullptr;
     // One atomic result slot per send slot: in atomic_results_block_ (from
@@ -201,6 +208,7 @@ private:
     // by the first atomic posted (make_atomic_results), so a connection
     // that never does one pins nothing for them (an rpc server's clients).
     std::uint64_t* atomic_results_ = nullptr;
+    std::uint32_t atomic_lkey_ = 0;
     std::shared_ptr<memory_pool> results_pool_;
     local_mr atomic_results_block_;
     std::vector<std::uint64_t> own_atomic_results_;

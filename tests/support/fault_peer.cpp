@@ -858,6 +858,7 @@ int serve(const serve_options& o) {
 struct sample {
     double at;
     long resident_kib;
+    long huge_kib;
     int fds;
 };
 
@@ -900,7 +901,7 @@ int soak(const std::string& address, int connections, int depth, int seconds) {
         for (int s = 0; s <= seconds && sampling; ++s) {
             std::this_thread::sleep_until(start + std::chrono::seconds(s));  // a sampling period, not a readiness wait
             samples.push_back({std::chrono::duration<double>(clock_type::now() - start).count(), test::resident_kib(),
-                               test::open_fd_count()});
+                               test::anon_huge_kib(), test::open_fd_count()});
             if (s % 5 == 0) {
                 std::printf("fault_peer soak: t=%d s, %llu completions\n", s, (unsigned long long)cs.completions.load());
                 std::fflush(stdout);
@@ -932,7 +933,8 @@ int soak(const std::string& address, int connections, int depth, int seconds) {
                 connections, depth, (unsigned long long)cs.completions.load(), took, cs.completions / took,
                 (unsigned long long)workers);
     for (auto& s : samples)
-        std::printf("fault_peer soak: t=%4.1f s resident %ld KiB, %d fds\n", s.at, s.resident_kib, s.fds);
+        std::printf("fault_peer soak: t=%4.1f s resident %ld KiB (%ld KiB of it huge pages), %d fds\n", s.at,
+                    s.resident_kib, s.huge_kib, s.fds);
     if (samples.size() < 6) {
         std::printf("fault_peer soak: FAILED: only %zu samples\n", samples.size());
         return 1;

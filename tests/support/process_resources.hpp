@@ -112,4 +112,22 @@ inline long resident_kib() {
     return resident * (::sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/// Anonymous memory backed by transparent huge pages, in KiB
+/// (/proc/self/smaps_rollup's AnonHugePages; 0 where the kernel lacks it).
+/// With THP set to `always`, khugepaged collapses a 2 MiB range with a
+/// single page touched into one huge page, all of it resident: a soak that
+/// watches resident memory must tell that apart from its own growth.
+inline long anon_huge_kib() {
+    FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+    if (f == nullptr)
+        return 0;
+    char line[256];
+    long kib = 0;
+    while (std::fgets(line, sizeof line, f) != nullptr)
+        if (std::sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
+            break;
+    std::fclose(f);
+    return kib;
+}
+
 }  // namespace cordma::test

@@ -77,6 +77,12 @@ task<void> tcp_acceptor::handshake_and_queue(std::shared_ptr<tcp_acceptor>, std:
         auto done = std::make_shared<accepted_client>();
         done->peer = peer;
         done->accepted = co_await handshake(std::move(client));
+        // Empty: the listener closed while this client was answering, and
+        // the handshake made nothing more for it.
+        if (!done->accepted) {
+            handshake_ended();
+            co_return;
+        }
         if (auto refused = clients_->push(std::move(done)))
             (*refused)->accepted.shut_down();  // the listener closed meanwhile
     } catch (const std::exception& e) {
@@ -225,7 +231,8 @@ task<connection> tcp_acceptor::handshake(std::shared_ptr<accepted_client> client
     auto channel = tcp_channel::make(rt_, io, client->peer);
     start_deadline(*service_, io, settings_.connect_timeout);
     co_return co_await exchange_endpoints(rt_, settings_, std::move(channel), client->peer,
-                                          "accept from " + client->peer, false);
+                                          "accept from " + client->peer, false, {},
+                                          [this] { return clients_->closed(); });
 }
 
 void tcp_acceptor::shut() noexcept {

@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include <asio/buffer.hpp>
+#include <asio/post.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
@@ -61,7 +62,7 @@ task<void> say_ready(tcp_service& service, event_listener& el, std::shared_ptr<t
 
 task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
                                     std::shared_ptr<tcp_channel> channel, std::string peer, std::string who,
-                                    bool connecting, ready_hook hook) {
+                                    bool connecting, ready_hook hook, std::function<bool()> abandoned) {
     tcp_service& service = channel->service();
     event_listener& el = *rt->event_listener;
     std::shared_ptr<tcp_io> io = channel->io();
@@ -173,6 +174,10 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
             return parts;
         }());
     };
+    if (abandoned && abandoned()) {
+        asio::post(service.context(), [io] { io->close(); });
+        co_return connection{};
+    }
     if (!hook) {
         co_await say_ready(service, el, io, who, limit);
         connection conn = make(std::move(channel));

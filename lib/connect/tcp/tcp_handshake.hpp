@@ -3,6 +3,7 @@
 /// endpoint_message.hpp), over a socket already connected or accepted.
 /// Threads and lifetimes: see tcp_io.hpp.
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,8 +30,13 @@ class tcp_channel;
 /// 10.0.0.2:7471", "accept from 10.0.0.3:51234"). A client's `hook`
 /// (ready_hook; plain connections) runs on the assembled connection before
 /// it says it is ready; the connection watches its socket from then on.
+/// A listener's `abandoned` (its listener closed) is asked once the QPs are
+/// connected: if it says so, nothing more is made (no agent, no pool
+/// memory), the socket closes (the client's connect fails reading EOF
+/// where it waits for our ready byte) and the result is an empty
+/// connection.
 task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
                                     std::shared_ptr<tcp_channel> channel, std::string peer, std::string who,
-                                    bool connecting, ready_hook hook = {});
+                                    bool connecting, ready_hook hook = {}, std::function<bool()> abandoned = {});
 
 }  // namespace cordma::detail
