@@ -6,12 +6,10 @@
 # connected or any left in the error state once every client has closed.
 #
 # Usage: storm_hosts.sh SOURCE_ROOT BUILD_DIR SCENARIO
-#   rpc_tcp5    in one boot (a 5-VM boot costs about 30 s of CI), one
-#               storm after the other:
-#               1,000 rpc clients (250 per host) over rdma_cm, 10 calls
+#   rpc5        1,000 rpc clients (250 per host) over rdma_cm, 10 calls
 #               each, every echo checked, and no receiver-not-ready NAK
-#               counted by any host's device (--no-rnr); then
-#               256 connections with the agent (64 per host) over the TCP
+#               counted by any host's device (--no-rnr)
+#   agent_tcp5  256 connections with the agent (64 per host) over the TCP
 #               endpoint exchange
 #   busy2       two VMs: 16 connections with the agent at once, 20 times in
 #               a row, while a stream carries 256 MiB each way on the same
@@ -19,21 +17,22 @@
 #               race between a connection's two QPs under load (issue 32)
 # The clients start with the server: until it listens their connects are
 # refused and retried (builder::connect_timeout bounds it).
+# rpc5 and agent_tcp5 were once run one after the other in one boot (a
+# 5-VM boot costs about 30 s of CI): in the first whole CI run that way
+# (2026-11-29) host 5 printed nothing and the test hit its 600 s limit
+# although host 1 served both storms whole. Not understood yet, so each
+# has its own boot again.
 set -euo pipefail
 src=$1 build=$2 scenario=$3
 cd "$build"
 storm="$build/bench/cordma_storm"
-storm_line() {  # PORT PER_HOST OPTIONS...: one storm, as a line of sh
-  local port=$1 per=$2; shift 2
-  echo "if [ \$RXE_VM_HOST = 1 ];" \
-    "then $storm serve 10.78.0.1:$port --connections $((4 * per)) --timeout 300 --check-qps $*;" \
-    "else $storm connect 10.78.0.1:$port --connections $per --timeout 300 --check-qps $*; fi"
-}
-run() {  # STORM...: each in turn, in one boot of five VMs
+run() {  # PER_HOST OPTIONS...
+  local per=$1; shift
   # One line: rxe-vm hands the command to the guest's sh quoted with %q.
-  local cmd="set -e" one
-  for one in "$@"; do cmd+="; $one"; done
-  "$src/tools/rxe-vm" -n 5 -t 500 -- sh -c "$cmd"
+  local cmd="if [ \$RXE_VM_HOST = 1 ];"
+  cmd+=" then $storm serve 10.78.0.1:7630 --connections $((4 * per)) --timeout 300 --check-qps $*;"
+  cmd+=" else $storm connect 10.78.0.1:7630 --connections $per --timeout 300 --check-qps $*; fi"
+  "$src/tools/rxe-vm" -n 5 -t 400 -- sh -c "$cmd"
 }
 busy() {
   local cmd="if [ \$RXE_VM_HOST = 1 ];"
@@ -52,10 +51,8 @@ case "$scenario" in
   # default retry time (7 x 67 ms) then takes a live server for a dead one
   # (seen: 2 of 1,000 clients). A real NIC acknowledges whatever its host's
   # CPUs do; here each try waits 1 s (code 18), 7.5 s in all.
-  # The second storm's clients may start before its server listens (the
-  # first storm ends on each host at its own time): refused, they retry.
-  rpc_tcp5)   run "$(storm_line 7630 250 --kind rpc --calls 10 --ack-timeout 18 --no-rnr)" \
-                  "$(storm_line 7631 64 --kind agent --exchange tcp --ack-timeout 18)" ;;
+  rpc5)       run 250 --kind rpc --calls 10 --ack-timeout 18 --no-rnr ;;
+  agent_tcp5) run 64 --kind agent --exchange tcp --ack-timeout 18 ;;
   busy2)      busy ;;
   *) echo "storm_hosts.sh: unknown scenario '$scenario'" >&2; exit 2 ;;
 esac
