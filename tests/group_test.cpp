@@ -13,6 +13,8 @@
 #include <functional>
 #include <latch>
 #include <numeric>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +26,8 @@
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 
+#define CORDMA_DEFINE_ALLOCATION_COUNTER
+#include "support/allocation_counter.hpp"
 #include "support/group_ranks.hpp"
 #include "support/peer_process.hpp"
 #include "support/rxe_device.hpp"
@@ -186,6 +190,109 @@ TEST_CASE("a group forms and every collective moves the right bytes", "[group]")
             });
             require_none(failures);
         }
+    }
+}
+
+TEST_CASE("every collective allocates nothing in steady state", "[group][allocation]") {
+    // Two ranks, each on its own thread and builder; rank 0 counts every
+    // thread's allocations over 1000 rounds of each collective (8-byte
+    // blocks, checked), after 100 to warm up (the ranks are in step: no
+    // collective ends on one rank before the other has joined it).
+    constexpr int warm = 100, rounds = 1000;
+    const std::vector<std::string> kinds = {"barrier", "broadcast", "all_reduce", "reduce",    "all_gather",
+                                            "all_to_all", "gather", "scatter"};
+    auto hosts = host_list(2);
+    std::vector<std::uint64_t> counted(kinds.size());
+    std::vector<double> seconds(kinds.size());
+    auto failures = run_ranks(2, [&](int r) {
+        builder b = rank_builder();
+        group_options o = group_options::from_hosts(hosts, r);
+        o.formation_timeout = 20s;
+        o.operation_timeout = 20s;
+        group g = sync_wait(group::form(b, o));
+        sync_wait([&]() -> task<void> {
+            local_mr send = g.allocate(16), recv = g.allocate(16);
+            for (std::size_t k = 0; k < kinds.size(); ++k) {
+                const std::string& kind = kinds[k];
+                std::optional<testing::allocation_counter> counter;
+                auto start = std::chrono::steady_clock::now();
+                for (int i = 0; i < warm + rounds; ++i) {
+                    if (i == warm && r == 0) {
+                        counter.emplace();
+                        start = std::chrono::steady_clock::now();
+                    }
+                    // Rank q's value in round i: q * 1000003 + i, one per 8 bytes.
+                    auto value = [&](int q) { return static_cast<std::uint64_t>(q) * 1000003 + static_cast<std::uint64_t>(i); };
+                    std::uint64_t mine = value(r), got[2] = {0, 0}, expect[2] = {0, 0};
+                    std::memcpy(send.data(), &mine, 8);
+                    std::memcpy(send.data() + 8, &mine, 8);
+                    if (kind == "barrier") {
+                        co_await g.barrier();
+                        continue;
+                    } else if (kind == "broadcast") {
+                        co_await g.broadcast(send.slice(0, 8), 0);
+                        expect[0] = value(0);
+                    } else if (kind == "all_reduce" || kind == "reduce") {
+                        if (kind == "all_reduce")
+                            co_await g.all_reduce<std::uint64_t>(send.slice(0, 8), recv.slice(0, 8), reduce_op::sum);
+                        else
+                            co_await g.reduce<std::uint64_t>(send.slice(0, 8), recv.slice(0, 8), reduce_op::sum, 0);
+                        if (kind == "reduce" && r != 0)
+                            continue;
+                        std::memcpy(got, recv.data(), 8);
+                        if (got[0] != value(0) + value(1))
+                            throw std::runtime_error(kind + " " + std::to_string(i) + ": wrong sum on rank " +
+                                                     std::to_string(r));
+                        continue;
+                    } else if (kind == "all_gather") {
+                        co_await g.all_gather(send.slice(0, 8), recv.slice(0, 16));
+                        expect[0] = value(0), expect[1] = value(1);
+                    } else if (kind == "all_to_all") {
+                        co_await g.all_to_all(send.slice(0, 16), recv.slice(0, 16));
+                        expect[0] = value(0), expect[1] = value(1);
+                    } else if (kind == "gather") {
+                        co_await g.gather(send.slice(0, 8), recv.slice(0, 16), 0);
+                        if (r != 0)
+                            continue;
+                        expect[0] = value(0), expect[1] = value(1);
+                    } else {  // scatter: rank 0's two blocks, one to each
+                        co_await g.scatter(send.slice(0, 16), recv.slice(0, 8), 0);
+                        std::memcpy(got, recv.data(), 8);
+                        if (got[0] != value(0))
+                            throw std::runtime_error("scatter " + std::to_string(i) + ": wrong block on rank " +
+                                                     std::to_string(r));
+                        continue;
+                    }
+                    std::size_t n = kind == "broadcast" ? 1 : 2;
+                    std::memcpy(got, kind == "broadcast" ? send.data() : recv.data(), 8 * n);
+                    for (std::size_t q = 0; q < n; ++q)
+                        if (got[q] != expect[q])
+                            throw std::runtime_error(kind + " " + std::to_string(i) + ": block " + std::to_string(q) +
+                                                     " wrong on rank " + std::to_string(r));
+                }
+                if (r == 0) {
+                    counted[k] = counter->all_threads().allocations;
+                    seconds[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                }
+                co_await g.barrier();
+            }
+        }());
+        sync_wait(g.close());
+    });
+    require_none(failures);
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+        double per_round = double(counted[k]) / rounds;
+        // What is left is driven by the clock (the group's tick, keepalives:
+        // a few a second, whatever the collectives), so the allowance grows
+        // with the time the rounds took; one allocation per collective would
+        // be 1000 in a fraction of a second.
+        INFO(kinds[k] << ": " << counted[k] << " allocations in " << rounds << " rounds, " << seconds[k] << " s");
+        WARN(kinds[k] << ": allocations per round, both ranks: " << per_round);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+        CHECK(per_round < 64);  // frames are not cached under the sanitizers: the count is theirs
+#else
+        CHECK(double(counted[k]) < 0.05 * rounds + 20 * seconds[k]);
+#endif
     }
 }
 

@@ -14,6 +14,7 @@
 #include <system_error>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -27,6 +28,8 @@
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
 
+#define CORDMA_DEFINE_ALLOCATION_COUNTER
+#include "support/allocation_counter.hpp"
 #include "support/deadline.hpp"
 #include "support/peer_process.hpp"
 #include "support/rxe_device.hpp"
@@ -125,6 +128,57 @@ TEST_CASE("a stream carries every byte in order, whatever the read and write siz
     WARN("256 MiB through a stream in " << seconds << " s");
     CHECK(got == total);
     CHECK(wrong == 0);
+}
+
+TEST_CASE("a stream's 64 B write and read, answered, allocate nothing in steady state", "[stream][allocation]") {
+    builder b = test_builder();
+    stream_listener l = stream::serve(b, any_port());
+    constexpr int rounds = 1000;
+    auto answer = [](stream s, int n) -> task<void> {
+        std::array<std::byte, 64> buf{};
+        for (int i = 0; i < n; ++i) {
+            co_await s.read_exactly(buf);
+            co_await s.write(buf);
+        }
+        co_await s.close();
+    };
+    double seconds = 0;
+    auto ask = [](stream s, int n, double* seconds) -> task<std::uint64_t> {
+        std::array<std::byte, 64> out{}, in{};
+        std::uint64_t counted = 0;
+        std::optional<testing::allocation_counter> counter;
+        auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < 100 + n; ++i) {  // 100 to warm up: caches, frames, credits
+            if (i == 100) {
+                counter.emplace();
+                start = std::chrono::steady_clock::now();
+            }
+            fill_from(out, static_cast<std::uint64_t>(i));
+            co_await s.write(out);
+            co_await s.read_exactly(in);
+            if (in != out)
+                throw std::runtime_error("round trip " + std::to_string(i) + " came back wrong");
+            if (i == 99 + n)
+                counted = counter->all_threads().allocations;
+        }
+        *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        co_await s.close();
+        co_return counted;
+    };
+    auto [server, client] = sync_wait(when_all(l.accept(), stream::connect(b, l.address())));
+    auto [done, counted] = sync_wait(when_all(answer(std::move(server), 100 + rounds), ask(std::move(client), rounds, &seconds)));
+    (void)done;
+    // What is left over is driven by the clock (keepalives, timers): the
+    // allowance grows with the time the rounds took, where one allocation
+    // per round would be 1000 in a fraction of a second.
+    double per_round = double(counted) / rounds;
+    INFO(counted << " allocations in " << rounds << " rounds, " << seconds << " s");
+    WARN("allocations per 64 B write + read, answered, both ends: " << per_round);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    CHECK(per_round < 40);  // frames are not cached under the sanitizers: 30 of them (2026-11-29)
+#else
+    CHECK(double(counted) < 0.05 * rounds + 20 * seconds);
+#endif
 }
 
 TEST_CASE("reads may be partial; end of stream is 0; half close leaves the other way open", "[stream]") {

@@ -9,6 +9,8 @@
 //            each side's receives kept posted by a receive_queue
 //   rpc      cordma::rpc: a 64 B call to an echo handler (inline on the
 //            server's event listener, the default), both sides
+//   rpc_into the same through call_into and handle_into: the response
+//            written in place on both sides, nothing allocated per call
 //   stream   cordma::stream: a 64 B write answered by the peer's 64 B
 //            write, each read with read_exactly, both sides
 //   barrier  cordma::group of 2: a barrier, both ranks
@@ -41,6 +43,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -57,6 +61,10 @@
 #include <cordma/when_all.hpp>
 
 #include "../lib/bench_options.hpp"
+
+#ifdef CORDMA_HAVE_CALLGRIND
+#include <valgrind/callgrind.h>
+#endif
 
 using namespace cordma;
 using cordma_bench::usage_error;
@@ -77,7 +85,7 @@ struct config {
 
 void usage(std::FILE* out) {
     std::fprintf(out,
-                 "usage: cordma_module_messages --test send|rpc|stream|barrier|bcast|c -n N [--warmup W]\n"
+                 "usage: cordma_module_messages --test send|rpc|rpc_into|stream|barrier|bcast|c -n N [--warmup W]\n"
                  "                              [--addr IP] [-d DEVICE] [--port P] [--polling M] [--exchange tcp|cm]\n"
                  "                              [--timeout S]\n"
                  "  --addr defaults to $RXE_VM_ADDR, then $CORDMA_TEST_ADDR; --port is the first of the\n"
@@ -100,6 +108,27 @@ builder make_builder(const config& cfg) {
     // are ready"). The run's own --timeout bounds it instead.
     b.connect_timeout(std::chrono::seconds(cfg.timeout_s));
     return b;
+}
+
+/// The measured window: round trips [warmup, warmup + n). The asking side
+/// (the one that checks the answers) calls window(i) before round trip i
+/// and window(count) after its last; callgrind, started with
+/// --instr-atstart=no, counts only what runs in between, on every thread
+/// (the answering side's work included). Set-up, warm-up and teardown run
+/// uninstrumented, several times faster than under instrumentation: the
+/// handshakes under full instrumentation took minutes.
+long window_first = 0;
+long window_last = 0;
+
+void window(long i) {
+#ifdef CORDMA_HAVE_CALLGRIND
+    if (i == window_first)
+        CALLGRIND_START_INSTRUMENTATION;
+    else if (i == window_last)
+        CALLGRIND_STOP_INSTRUMENTATION;
+#else
+    (void)i;
+#endif
 }
 
 /// Round trip `i`'s bytes: its number, then a pattern of it.
@@ -127,6 +156,7 @@ task<void> send_answerer(connection c, local_mr out, long count, std::atomic<boo
 task<void> send_asker(connection c, local_mr out, long count) {
     receive_queue rq(c, 16, 64);
     for (long i = 0; i < count; ++i) {
+        window(i);
         std::uint64_t k = static_cast<std::uint64_t>(i);
         std::memcpy(out.data(), &k, sizeof k);
         co_await c.send(out.slice(0, 8));
@@ -136,6 +166,7 @@ task<void> send_asker(connection c, local_mr out, long count) {
         if (m.bytes().size() != 8 || back != k)
             fail("send: round trip " + std::to_string(i) + " came back wrong");
     }
+    window(count);
 }
 
 void run_send(const config& cfg, long count) {
@@ -159,24 +190,44 @@ void run_send(const config& cfg, long count) {
 task<void> rpc_caller(rpc::client& c, long count) {
     std::vector<std::byte> request(64);
     for (long i = 0; i < count; ++i) {
+        window(i);
         fill(request.data(), request.size(), static_cast<std::uint64_t>(i));
         std::vector<std::byte> response = co_await c.call(1, request);
         if (response != request)
             fail("rpc: call " + std::to_string(i) + " came back wrong");
     }
+    window(count);
 }
 
-void run_rpc(const config& cfg, long count) {
+task<void> rpc_caller_into(rpc::client& c, long count) {
+    std::vector<std::byte> request(64), response(64);
+    for (long i = 0; i < count; ++i) {
+        window(i);
+        fill(request.data(), request.size(), static_cast<std::uint64_t>(i));
+        std::size_t n = co_await c.call_into(2, request, response);
+        if (n != request.size() || response != request)
+            fail("rpc_into: call " + std::to_string(i) + " came back wrong");
+    }
+    window(count);
+}
+
+void run_rpc(const config& cfg, long count, bool in_place) {
     builder sb = make_builder(cfg), cb = sb;  // one runtime: one listener thread
     rpc::server server(sb);
     server.handle(1, "echo", [](rpc::request r) -> task<std::vector<std::byte>> {
         co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
     });
+    server.handle_into(2, "echo in place", [](rpc::request r, std::span<std::byte> reply) -> task<std::size_t> {
+        if (r.bytes().size() > reply.size())
+            throw std::length_error("echo in place: the request does not fit the reply");
+        std::memcpy(reply.data(), r.bytes().data(), r.bytes().size());
+        co_return r.bytes().size();
+    });
     listener l = sb.listen(cfg.addr + ":0");
     std::stop_source stop;
     std::thread serving([&] { sync_wait(server.serve(l, stop.get_token())); });
     rpc::client c = sync_wait(rpc::client::connect(cb, l.address()));
-    sync_wait(rpc_caller(c, count));
+    sync_wait(in_place ? rpc_caller_into(c, count) : rpc_caller(c, count));
     sync_wait(c.close());
     stop.request_stop();
     serving.join();
@@ -196,12 +247,14 @@ task<void> stream_answerer(stream s, long count) {
 task<void> stream_asker(stream s, long count) {
     std::vector<std::byte> out(64), in(64);
     for (long i = 0; i < count; ++i) {
+        window(i);
         fill(out.data(), out.size(), static_cast<std::uint64_t>(i));
         co_await s.write(out);
         co_await s.read_exactly(in);
         if (in != out)
             fail("stream: round trip " + std::to_string(i) + " came back wrong");
     }
+    window(count);
     co_await s.close();
 }
 
@@ -218,6 +271,8 @@ void run_stream(const config& cfg, long count) {
 task<void> group_rounds(group& g, bool broadcast, long count) {
     local_mr buf = g.allocate(64);
     for (long i = 0; i < count; ++i) {
+        if (g.rank() == 0)
+            window(i);
         std::uint64_t k = static_cast<std::uint64_t>(i);
         if (!broadcast) {
             co_await g.barrier();
@@ -232,6 +287,8 @@ task<void> group_rounds(group& g, bool broadcast, long count) {
             fail("bcast: round " + std::to_string(i) + " delivered " + std::to_string(got) + " to rank " +
                  std::to_string(g.rank()));
     }
+    if (g.rank() == 0)
+        window(count);
 }
 
 void run_group(const config& cfg, long count, bool broadcast) {
@@ -240,8 +297,15 @@ void run_group(const config& cfg, long count, bool broadcast) {
     builder b = make_builder(cfg);
     (void)b.pool();  // the runtime exists before the copies: both ranks share its listener thread
     builder b1 = b;
-    auto [g0, g1] = sync_wait(when_all(group::form(b, group_options::from_hosts(hosts, 0)),
-                                       group::form(b1, group_options::from_hosts(hosts, 1))));
+    // Under valgrind formation takes minutes: the run's --timeout bounds it
+    // (the default 60 s ran out in a callgrind run).
+    auto options = [&](int rank) {
+        group_options o = group_options::from_hosts(hosts, rank);
+        o.formation_timeout = std::chrono::seconds(cfg.timeout_s);
+        o.operation_timeout = std::chrono::seconds(cfg.timeout_s);
+        return o;
+    };
+    auto [g0, g1] = sync_wait(when_all(group::form(b, options(0)), group::form(b1, options(1))));
     sync_wait(when_all(group_rounds(g0, broadcast, count), group_rounds(g1, broadcast, count)));
     sync_wait(when_all(g0.close(), g1.close()));
 }
@@ -283,6 +347,7 @@ void run_c(const config& cfg, long count) {
         c_fail("cordma_connect");
     std::vector<std::byte> out(64), in(64);
     for (long i = 0; i < count; ++i) {
+        window(i);
         fill(out.data(), out.size(), static_cast<std::uint64_t>(i));
         if (cordma_send(client, peer, out.data(), out.size()) != 0)
             c_fail("cordma_send");
@@ -291,6 +356,7 @@ void run_c(const config& cfg, long count) {
         if (in != out)
             fail("c: round trip " + std::to_string(i) + " came back wrong");
     }
+    window(count);
     answering.join();
     cordma_destroy(client);
     cordma_destroy(server);
@@ -324,7 +390,7 @@ config parse(int argc, char** argv) {
         else
             throw usage_error("unknown option '" + std::string(r.arg()) + "'");
     }
-    if (cfg.test != "send" && cfg.test != "rpc" && cfg.test != "stream" && cfg.test != "barrier" &&
+    if (cfg.test != "send" && cfg.test != "rpc" && cfg.test != "rpc_into" && cfg.test != "stream" && cfg.test != "barrier" &&
         cfg.test != "bcast" && cfg.test != "c")
         throw usage_error(cfg.test.empty() ? "--test is required" : "--test: no test '" + cfg.test + "'");
     if (cfg.n == 0)
@@ -358,12 +424,14 @@ int main(int argc, char** argv) {
         std::_Exit(3);
     }).detach();
     long count = cfg.warmup + cfg.n;
+    window_first = cfg.warmup;
+    window_last = count;
     auto t0 = std::chrono::steady_clock::now();
     try {
         if (cfg.test == "send")
             run_send(cfg, count);
-        else if (cfg.test == "rpc")
-            run_rpc(cfg, count);
+        else if (cfg.test == "rpc" || cfg.test == "rpc_into")
+            run_rpc(cfg, count, cfg.test == "rpc_into");
         else if (cfg.test == "stream")
             run_stream(cfg, count);
         else if (cfg.test == "barrier" || cfg.test == "bcast")

@@ -21,6 +21,7 @@ import instructions as ins  # noqa: E402
 WHAT = {
     "send": "engine: 8 B SEND, answered (receive_queue both sides)",
     "rpc": "rpc: 64 B call to an inline echo handler",
+    "rpc_into": "rpc: the same, call_into + handle_into (in place)",
     "stream": "stream: 64 B write, answered with 64 B",
     "barrier": "group of 2: barrier",
     "bcast": "group of 2: 8 B broadcast from rank 0",
@@ -54,7 +55,8 @@ def main():
               "buildtype": args.buildtype, "valgrind": inside["valgrind"], "iters": [n1, n2], "reps": args.reps,
               "warmup": args.warmup, "measuring_seconds": inside["seconds"],
               "method": "(Ir(n2) - Ir(n1)) / (n2 - n1), Ir = user-space instructions executed (callgrind) by "
-                        "every thread of cordma_module_messages, the two runs differing only in -n",
+                        "every thread of cordma_module_messages in its measured window (--instr-atstart=no), "
+                        "the two runs differing only in -n",
               "problems": problems, "tests": []}
     for test in args.tests.split(","):
         reps = []
@@ -123,15 +125,17 @@ def render_md(result, args):
                f"{ins.plural(result['reps'], 'repetition')} of each pair of runs, "
                f"{result['measuring_seconds']} s of measuring.\n")
     out.append("**Method.** `bench/module_instructions/module_messages.cpp` runs one kind of round trip "
-               f"over and over ({result['warmup']} first, then n), both ends in one process, each on its own "
-               "builder (its own event listener thread, event polling: no spinning), over the device's "
-               "loopback, every message checked. callgrind counts the whole run, every thread; each figure "
-               f"is (Ir(n2) − Ir(n1)) / (n2 − n1), n1 = {n1:,} and n2 = {n2:,}, so set-up and teardown "
-               "cancel: **what both sides spend on one round trip** (a request and its answer). Ir counts "
-               "user-space instructions only: system calls and rxe's work in the kernel are not in it. "
-               "Work driven by the clock (keepalives, liveness reads: about once a second) is in a figure "
-               "only as far as the longer run lasted longer. Allocations are calls into malloc, calloc, "
-               "realloc, aligned_alloc, posix_memalign and memalign.\n")
+               f"over and over ({result['warmup']} first, then n), both ends in one process on one builder "
+               "(one event listener thread, busy polling: under valgrind a thread waiting in io_uring stops "
+               "the others), over the device's loopback, every message checked. callgrind counts only the "
+               "measured window, every thread: valgrind starts with --instr-atstart=no, and the program "
+               "starts instrumentation before its first measured round trip and stops it after its last. "
+               f"Each figure is (Ir(n2) − Ir(n1)) / (n2 − n1), n1 = {n1:,} and n2 = {n2:,}, so the window's "
+               "edges cancel: **what both sides spend on one round trip** (a request and its answer). Ir "
+               "counts user-space instructions only: system calls and rxe's work in the kernel are not in "
+               "it. Work driven by the clock (keepalives, liveness reads: about once a second) is in a "
+               "figure only as far as the longer run lasted longer. Allocations are calls into malloc, "
+               "calloc, realloc, aligned_alloc, posix_memalign and memalign.\n")
     for problem in result["problems"]:
         out.append(f"**Warning:** {problem}\n")
     out.append("| per round trip, both sides | all user space | cordma's own | libibverbs + rxe | libc "

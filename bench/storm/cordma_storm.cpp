@@ -11,7 +11,7 @@
 //          rpc    an rpc::client per connection, each making one call (a
 //                 64-byte echo, checked) once connected
 //   --depth D     send and receive queue depth of each connection (default:
-//                 the builder's, 128 each), to see what a deep QP costs
+//                 the builder's, 127 each), to see what a deep QP costs
 //   --calls K     rpc: calls each client makes once connected (default 1)
 //   --exchange E  cm (rdma_cm, default) or tcp (the TCP endpoint exchange)
 //   --ack-timeout C  builder::timeout(C): the QPs' ACK timeout code (4.096 us

@@ -13,6 +13,18 @@
 ///     cordma::rpc::client c = co_await cordma::rpc::client::connect(cb, "10.0.0.1:7471");
 ///     std::vector<std::byte> answer = co_await c.call(1, bytes);  // many in flight at once
 ///
+/// Without an allocation per call: the handler writes into the response
+/// frame, the client's response lands in the caller's memory.
+///
+///     server.handle_into(2, "echo", [](cordma::rpc::request r, std::span<std::byte> reply)
+///                                       -> cordma::task<std::size_t> {
+///         if (r.bytes().size() > reply.size())  // reply: as much as the client takes inline
+///             throw std::length_error("too long to echo");
+///         std::memcpy(reply.data(), r.bytes().data(), r.bytes().size());
+///         co_return r.bytes().size();
+///     });
+///     std::size_t n = co_await c.call_into(2, bytes, buffer);  // buffer: a std::span<std::byte>
+///
 /// Protocol (lib/rpc/rpc_wire.hpp, docs/rpc.md): one SEND per frame.
 /// - Requests and responses up to the eager size go inline: into the
 ///   server's shared receive queue (one for all clients), or the client's
@@ -166,6 +178,15 @@ private:
 /// the caller as rpc_error(handler_failed, its what()); the server goes on.
 using handler = std::function<task<std::vector<std::byte>>(request)>;
 
+/// A handler that writes its response into `reply` and returns how many
+/// bytes it wrote (server::handle_into): a call then allocates nothing on
+/// the server. `reply` is the response frame itself, in registered
+/// memory, and holds as much as the calling client takes inline (its
+/// client_options::eager_size, 4096 bytes by default); it is valid until
+/// the handler's task completes. Returning more than reply.size() fails the
+/// call with handler_failed. What it throws goes back as with handler.
+using reply_handler = std::function<task<std::size_t>(request, std::span<std::byte> reply)>;
+
 namespace detail {
 class server_state;
 class client_state;
@@ -223,6 +244,12 @@ public:
     /// empty handler. Register before serving (or from the event listener
     /// thread).
     void handle(std::uint32_t method, std::string name, handler h);
+    /// Registers `h`, which writes its response in place (reply_handler),
+    /// for `method`: with client::call_into, a call allocates nothing on
+    /// either side. A response larger than the client's receives hold at
+    /// that moment (they start small and grow, docs/rpc.md) is copied out
+    /// and lent by rendezvous, as handle()'s are. Throws as handle().
+    void handle_into(std::uint32_t method, std::string name, reply_handler h);
     /// Registers `h` for every method without a handler of its own (the
     /// request's method() says which was called); `name` is how logs and
     /// errors call it. Without it, such calls fail with unknown_method.
@@ -329,6 +356,14 @@ public:
     /// registered until then). Throws rpc_error.
     task<std::vector<std::byte>> call(std::uint32_t method, std::span<const std::byte> request,
                                       call_options options = {});
+    /// The same as call, with the response written into `response` (the
+    /// caller's memory, valid until the call returns) and its size
+    /// returned: a call then allocates nothing on the client. A response
+    /// larger than `response` fails the call with too_large (naming both
+    /// sizes; the response is dropped). A response by rendezvous (over the
+    /// eager size) is read into the client's own memory first and copied.
+    task<std::size_t> call_into(std::uint32_t method, std::span<const std::byte> request,
+                                std::span<std::byte> response, call_options options = {});
     /// A typed call: trivially copyable request and response structs.
     template <class Response, class Request>
     task<Response> call_as(std::uint32_t method, Request request, call_options options = {}) {

@@ -97,7 +97,10 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     current_.op = op_of(c);
     current_.seq = ++next_seq_;
     auto timeout = call.timeout.count() > 0 ? call.timeout : options_.operation_timeout;
-    stop_ = std::stop_source();
+    // A stop source's state is allocated: a new one only after a
+    // collective was stopped (a stop, once requested, stays requested).
+    if (stop_.stop_requested())
+        stop_ = std::stop_source();
     struct forward {
         std::stop_source source;
         void operator()() noexcept { source.request_stop(); }

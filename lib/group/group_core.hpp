@@ -19,6 +19,7 @@
 #include <cordma/task.hpp>
 
 #include "group/collective.hpp"
+#include "group/fan_out.hpp"
 #include "group/mailbox.hpp"
 #include "link/link_wire.hpp"
 #include "link/peer_link.hpp"
@@ -96,6 +97,8 @@ public:
     /// Registered memory of the group's own, at least `size` bytes, for
     /// partial results (reductions). Valid until the next call.
     local_slice scratch(std::size_t size);
+    /// The list a collective's fan_out keeps its steps in (fan_out.hpp).
+    fan_list& fan() noexcept { return fan_; }
 
     task<void> close();
 
@@ -139,6 +142,7 @@ private:
     bool ticking_ = false;
     bool closed_ = false;
     local_mr scratch_;
+    fan_list fan_;
     std::shared_ptr<mailbox> mailbox_;
     std::vector<p2p_scope*> p2p_calls_;
 };

@@ -19,10 +19,25 @@ namespace cordma::rpc::detail {
 
 task<std::vector<std::byte>> client_state::call(std::uint32_t method, std::span<const std::byte> request,
                                                  call_options o) {
+    pending_call c;
+    co_await run(c, method, request, std::move(o));
+    co_return std::move(c.response);
+}
+
+task<std::size_t> client_state::call_into(std::uint32_t method, std::span<const std::byte> request,
+                                          std::span<std::byte> response, call_options o) {
+    pending_call c;
+    c.into = response;
+    c.into_mode = true;
+    co_await run(c, method, request, std::move(o));
+    co_return c.size;
+}
+
+task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<const std::byte> request,
+                             call_options o) {
     auto self = shared_from_this();
     if (!event_listener_->running_in_this_thread())
         co_await event_listener_->schedule();
-    pending_call c;
     c.id = next_id_++;
     c.method = method;
     if (broken_)
@@ -118,7 +133,6 @@ task<std::vector<std::byte>> client_state::call(std::uint32_t method, std::span<
     on_stop.reset();
     if (c.error)
         throw rpc_error(*c.error, c.message);
-    co_return std::move(c.response);
 }
 
 void client_state::watch_deadline(coarse_clock::time_point when) {

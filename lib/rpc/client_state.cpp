@@ -5,6 +5,7 @@
 #include "rpc/client_state.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <stdexcept>
 
@@ -107,8 +108,7 @@ void client_state::on_frame(received_message m) {
             if (c != nullptr) {
                 auto payload = m.bytes().subspan(wire::header_size);
                 if (h->code == 0) {
-                    c->response.assign(payload.begin(), payload.end());
-                    finish(*c, std::nullopt, {});
+                    deliver(*c, payload);
                 } else {
                     finish_error(*c, h->code, payload);
                 }
@@ -119,6 +119,9 @@ void client_state::on_frame(received_message m) {
             finish(*c, rpc_errc::too_large,
                    what_call(*c) + ": a response of " + std::to_string(h->size) +
                        " bytes, over the client's max_response of " + std::to_string(options_.max_response));
+            spawn_detached(send_done(h->id), [](std::exception_ptr) {});
+        } else if (h->code == 0 && c->into_mode && h->size > c->into.size()) {
+            finish(*c, rpc_errc::too_large, too_large_for_buffer(*c, h->size));
             spawn_detached(send_done(h->id), [](std::exception_ptr) {});
         } else {
             spawn_detached(fetch(h->id, *h), [](std::exception_ptr) {});
@@ -154,8 +157,12 @@ task<void> client_state::fetch(std::uint64_t id, wire::header h) {
     auto it = calls_.find(id);
     if (it != calls_.end()) {
         if (h.code == 0) {
-            it->second->response = std::move(bytes);
-            finish(*it->second, std::nullopt, {});
+            if (it->second->into_mode)
+                deliver(*it->second, bytes);
+            else {
+                it->second->response = std::move(bytes);
+                finish(*it->second, std::nullopt, {});
+            }
         } else {  // an error whose message was too long for the receives
             finish_error(*it->second, h.code, bytes);
         }
@@ -258,6 +265,19 @@ void client_state::forget(pending_call& c) noexcept {
         } catch (...) {
         }
     }
+}
+
+void client_state::deliver(pending_call& c, std::span<const std::byte> payload) {
+    if (!c.into_mode) {
+        c.response.assign(payload.begin(), payload.end());
+    } else if (payload.size() > c.into.size()) {
+        return finish(c, rpc_errc::too_large, too_large_for_buffer(c, payload.size()));
+    } else {
+        if (!payload.empty())
+            std::memcpy(c.into.data(), payload.data(), payload.size());
+        c.size = payload.size();
+    }
+    finish(c, std::nullopt, {});
 }
 
 void client_state::finish_error(pending_call& c, std::uint32_t code, std::span<const std::byte> message) {

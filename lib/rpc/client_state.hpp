@@ -74,7 +74,10 @@ struct pending_call {
     bool has_credit = false;
     bool sent = false;
     bool finished = false;
-    std::vector<std::byte> response;
+    std::vector<std::byte> response;  // call()
+    std::span<std::byte> into;        // call_into(): the caller's memory...
+    bool into_mode = false;
+    std::size_t size = 0;             // ... and how much of it the response filled
     std::optional<rpc_errc> error;
     std::string message;
     local_mr registration;  // a large request, for the server to read
@@ -96,6 +99,8 @@ public:
 
     void start();
     task<std::vector<std::byte>> call(std::uint32_t method, std::span<const std::byte> request, call_options o);
+    task<std::size_t> call_into(std::uint32_t method, std::span<const std::byte> request,
+                                std::span<std::byte> response, call_options o);
     void shut_down(rpc_errc why, const std::string& message) noexcept;
     task<void> close(std::string why = "the client was closed");
 
@@ -119,6 +124,11 @@ private:
     void finish(pending_call& c, std::optional<rpc_errc> error, std::string message);
     /// Ends `c` with the server's error: its status `code` and `message`.
     void finish_error(pending_call& c, std::uint32_t code, std::span<const std::byte> message);
+    /// A successful response's bytes: into the call's vector, or copied
+    /// into the caller's memory (too_large if they do not fit); ends it.
+    void deliver(pending_call& c, std::span<const std::byte> payload);
+    /// One call from its credit to its answer (call and call_into).
+    task<void> run(pending_call& c, std::uint32_t method, std::span<const std::byte> request, call_options o);
     void fail(std::uint64_t id, rpc_errc error, std::string message);
     void broken(rpc_errc error, const std::string& why);
     void grant();
@@ -132,6 +142,11 @@ private:
     void on_deadline();
     std::string what_call(const pending_call& c) const {
         return "cordma::rpc call " + std::to_string(c.id) + " of method " + std::to_string(c.method) + " to " + peer_;
+    }
+    std::string too_large_for_buffer(const pending_call& c, std::size_t bytes) const {
+        return what_call(c) + " (call_into): a response of " + std::to_string(bytes) +
+               " bytes, larger than the call's response buffer of " + std::to_string(c.into.size()) +
+               " bytes; give a larger buffer, or use call(), which sizes one";
     }
 
     builder builder_;

@@ -125,6 +125,14 @@ task<std::vector<std::byte>> client::call(std::uint32_t method, std::span<const 
     co_return response;
 }
 
+task<std::size_t> client::call_into(std::uint32_t method, std::span<const std::byte> request,
+                                   std::span<std::byte> response, call_options options) {
+    auto state = state_;
+    checked("call_into");
+    std::size_t size = co_await state->call_into(method, request, response, std::move(options));
+    co_return size;
+}
+
 std::vector<std::byte> client::call_sync(std::uint32_t method, std::span<const std::byte> request,
                                          call_options options) {
     auto& state = checked("call_sync");

@@ -35,6 +35,10 @@ void server::handle(std::uint32_t method, std::string name, handler h) {
     checked(state_, "handle").handle(method, std::move(name), std::move(h));
 }
 
+void server::handle_into(std::uint32_t method, std::string name, reply_handler h) {
+    checked(state_, "handle_into").handle_into(method, std::move(name), std::move(h));
+}
+
 void server::handle_any(std::string name, handler h) {
     checked(state_, "handle_any").handle_any(std::move(name), std::move(h));
 }

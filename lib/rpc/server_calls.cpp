@@ -4,6 +4,9 @@
 // handed back.
 #include "rpc/server_state.hpp"
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace cordma::rpc::detail {
 
 namespace {
@@ -16,10 +19,10 @@ struct via_executor {
     void await_resume() const noexcept {}
 };
 
-std::string method_list(const std::map<std::uint32_t, std::pair<std::string, handler>>& handlers) {
+std::string method_list(const std::map<std::uint32_t, handler_entry>& handlers) {
     std::string out;
     for (const auto& [method, entry] : handlers)
-        out += (out.empty() ? "" : ", ") + std::to_string(method) + " " + entry.first;
+        out += (out.empty() ? "" : ", ") + std::to_string(method) + " " + entry.name;
     return out.empty() ? "none" : out;
 }
 
@@ -88,12 +91,14 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     std::uint32_t status = 0;
     std::string message;
     std::vector<std::byte> response;
+    local_mr reply;              // handle_into's: the response frame, filled in place
+    std::size_t reply_size = 0;  // ... this much of its payload
     std::unique_ptr<std::byte[]> large;  // a large request, read from the client
     local_mr large_mr;
     std::span<const std::byte> payload;
     bool read_failed = false;
     auto found = handlers_.find(h.code);
-    const std::pair<std::string, handler>* entry = found != handlers_.end() ? &found->second : any_ ? &*any_ : nullptr;
+    const handler_entry* entry = found != handlers_.end() ? &found->second : any_ ? &*any_ : nullptr;
 
     if (h.type == wire::frame::request) {
         payload = m.bytes().subspan(wire::header_size);
@@ -128,20 +133,32 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         message = "no method " + std::to_string(h.code) + " on this server (it has: " + method_list(handlers_) + ")";
     }
     if (status == 0) {
-        const handler& fn = entry->second;
         bool hopped = false;
         try {
+            // handle_into's frame holds the most the client can take inline
+            // (its eager size): taken before the handler runs, written by it.
+            std::size_t cap = std::max(s->room_small, s->room_big);
+            if (entry->fills)
+                reply = buffers_.take(wire::header_size + cap);
             if (options_.executor) {
                 hopped = true;
                 co_await via_executor{&options_.executor};
             }
-            response = co_await fn(request(payload, h.code, &s->peer));
+            if (entry->fills) {
+                reply_size = co_await entry->fills(request(payload, h.code, &s->peer),
+                                                   reply.bytes().subspan(wire::header_size, cap));
+                if (reply_size > cap)
+                    throw std::length_error("it returned " + std::to_string(reply_size) + " bytes for a reply of " +
+                                            std::to_string(cap));
+            } else {
+                response = co_await entry->returns(request(payload, h.code, &s->peer));
+            }
         } catch (const std::exception& e) {
             status = static_cast<std::uint32_t>(rpc_errc::handler_failed);
-            message = "method " + std::to_string(h.code) + " (" + entry->first + ") failed: " + e.what();
+            message = "method " + std::to_string(h.code) + " (" + entry->name + ") failed: " + e.what();
         } catch (...) {
             status = static_cast<std::uint32_t>(rpc_errc::handler_failed);
-            message = "method " + std::to_string(h.code) + " (" + entry->first +
+            message = "method " + std::to_string(h.code) + " (" + entry->name +
                       ") failed: it threw something not derived from std::exception";
         }
         if (hopped || !event_listener_->running_in_this_thread())
@@ -152,6 +169,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     large.reset();
 
     if (s->gone || shut_) {
+        if (reply)
+            buffers_.give(std::move(reply));
         call_finished(*s);
         co_return;
     }
@@ -161,6 +180,13 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     // What the client's next receive holds (elastic receives: less than
     // its eager size until it has grown them, client_room.cpp).
     std::size_t room_now = room(*s);
+    if (reply && (status != 0 || reply_size > room_now)) {
+        // Failed, or more than the client's receives hold now (they are
+        // small until a response needs them grown): the vector's way.
+        if (status == 0)
+            response.assign(reply.data() + wire::header_size, reply.data() + wire::header_size + reply_size);
+        buffers_.give(std::move(reply));
+    }
     // Lends `bytes` for the client to read (response_rts); if they cannot
     // be registered, the call fails instead (`message` says why).
     auto lend = [&](std::vector<std::byte> bytes, std::uint32_t code) {
@@ -211,7 +237,10 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         credit_back(s);
     }
     --s->active;
-    co_await send_frame(s, out, inline_bytes);
+    if (reply)
+        co_await send_buffer(s, out, std::move(reply), reply_size);
+    else
+        co_await send_frame(s, out, inline_bytes);
     answered(*s);
 }
 
@@ -238,23 +267,31 @@ void server_state::answered(session& s) {
 }
 
 task<void> server_state::send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload) {
-    auto self = shared_from_this();
     if (s->gone)
         co_return;
-    h.credits = std::exchange(s->unreturned, 0);
-    h.size = h.type == wire::frame::response ? payload.size() : h.size;
     local_mr buffer = buffers_.take(wire::header_size + payload.size());
-    wire::encode(h, buffer.bytes().first<wire::header_size>());
     if (!payload.empty())
         std::memcpy(buffer.data() + wire::header_size, payload.data(), payload.size());
+    co_await send_buffer(std::move(s), h, std::move(buffer), payload.size());
+}
+
+task<void> server_state::send_buffer(std::shared_ptr<session> s, wire::header h, local_mr buffer, std::size_t size) {
+    auto self = shared_from_this();
+    if (s->gone) {
+        buffers_.give(std::move(buffer));
+        co_return;
+    }
+    h.credits = std::exchange(s->unreturned, 0);
+    h.size = h.type == wire::frame::response ? size : h.size;
+    wire::encode(h, buffer.bytes().first<wire::header_size>());
     bool failed = false;
     // Numbered as posted (the send is posted before this coroutine first
     // suspends): frame n lands in the client's receive n.
     ++s->frames_sent;
-    if (payload.size() > s->room_small)
+    if (size > s->room_small)
         ++s->big_frames;
     try {
-        co_await s->conn.send(buffer.slice(0, wire::header_size + payload.size()));
+        co_await s->conn.send(buffer.slice(0, wire::header_size + size));
     } catch (...) {
         failed = true;  // the connection broke: ended() (or its reader) drops the session
     }

@@ -83,11 +83,22 @@ void server_state::handle(std::uint32_t method, std::string name, handler h) {
     if (!h)
         throw std::invalid_argument("cordma::rpc::server::handle(" + std::to_string(method) + ", \"" + name +
                                     "\"): the handler is empty");
+    add_handler(method, handler_entry{std::move(name), std::move(h), {}}, "handle");
+}
+
+void server_state::handle_into(std::uint32_t method, std::string name, reply_handler h) {
+    if (!h)
+        throw std::invalid_argument("cordma::rpc::server::handle_into(" + std::to_string(method) + ", \"" + name +
+                                    "\"): the handler is empty");
+    add_handler(method, handler_entry{std::move(name), {}, std::move(h)}, "handle_into");
+}
+
+void server_state::add_handler(std::uint32_t method, handler_entry e, const char* call) {
     cordma::detail::run_and_wait(*event_listener_, [&] {
-        auto [it, added] = handlers_.try_emplace(method, std::move(name), std::move(h));
+        auto [it, added] = handlers_.try_emplace(method, std::move(e));
         if (!added)
-            throw std::invalid_argument("cordma::rpc::server::handle(" + std::to_string(method) +
-                                        "): the method is registered already, as \"" + it->second.first + "\"");
+            throw std::invalid_argument(std::string("cordma::rpc::server::") + call + "(" + std::to_string(method) +
+                                        "): the method is registered already, as \"" + it->second.name + "\"");
     });
 }
 
@@ -96,9 +107,9 @@ void server_state::handle_any(std::string name, handler h) {
         throw std::invalid_argument("cordma::rpc::server::handle_any(\"" + name + "\"): the handler is empty");
     cordma::detail::run_and_wait(*event_listener_, [&] {
         if (any_)
-            throw std::invalid_argument("cordma::rpc::server::handle_any: registered already, as \"" + any_->first +
+            throw std::invalid_argument("cordma::rpc::server::handle_any: registered already, as \"" + any_->name +
                                         "\"");
-        any_.emplace(std::move(name), std::move(h));
+        any_.emplace(handler_entry{std::move(name), std::move(h), {}});
     });
 }
 

@@ -43,6 +43,14 @@ struct lent_response {
     local_mr registration;
 };
 
+/// A registered method: its name (for logs and errors) and its handler,
+/// one of the two kinds (handle, handle_into).
+struct handler_entry {
+    std::string name;
+    handler returns;           // handle(): returns the response's bytes
+    reply_handler fills;       // handle_into(): writes them into the response frame
+};
+
 struct session {
     cordma::connection conn;
     std::string peer;
@@ -83,6 +91,7 @@ public:
     server_state(builder& b, server_options options);
 
     void handle(std::uint32_t method, std::string name, handler h);
+    void handle_into(std::uint32_t method, std::string name, reply_handler h);
     void handle_any(std::string name, handler h);
     task<void> serve(listener l, std::stop_token token);
     void shut_down() noexcept;
@@ -103,6 +112,10 @@ private:
     void drop(std::uint32_t qp_num, const std::string& why, bool closing = false);
     task<void> run_call(std::shared_ptr<session> s, wire::header h, received_message m);
     task<void> send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload);
+    /// Sends `buffer`, whose payload (`size` bytes after the header) is in
+    /// place already; gives the buffer back after.
+    task<void> send_buffer(std::shared_ptr<session> s, wire::header h, local_mr buffer, std::size_t size);
+    void add_handler(std::uint32_t method, handler_entry e, const char* call);
     void call_finished(session& s);
     // Fair credits (docs/rpc.md, "Credits"): with the SRQ, every credit a
     // client holds is one of the SRQ's receives, so the credits granted in
@@ -156,8 +169,8 @@ private:
     std::unique_ptr<std::byte[]> heartbeat_memory_;
     local_mr heartbeat_;
     cordma::detail::frame_buffers buffers_;
-    std::map<std::uint32_t, std::pair<std::string, handler>> handlers_;
-    std::optional<std::pair<std::string, handler>> any_;  // for methods not in handlers_
+    std::map<std::uint32_t, handler_entry> handlers_;
+    std::optional<handler_entry> any_;  // for methods not in handlers_
     std::unordered_map<std::uint32_t, std::shared_ptr<session>> sessions_;
     // Frames that arrived through the SRQ before serve() took their
     // connection from accept() (the client may send as soon as it is

@@ -2,9 +2,6 @@
 // takes theirs into its own blocks (large blocks are read straight out of
 // each sender's buffer, so a block crosses the wire once per receiver).
 #include <cstring>
-#include <vector>
-
-#include <cordma/when_all.hpp>
 
 #include "group/collectives/collective_steps.hpp"
 
@@ -18,15 +15,15 @@ task<void> gather_all(std::shared_ptr<detail::group_core> core, local_slice send
     std::size_t block = send.size();
     if (block != 0 && recv.data() + static_cast<std::size_t>(r) * block != send.data())
         std::memcpy(recv.data() + static_cast<std::size_t>(r) * block, send.data(), block);
-    std::vector<task<void>> steps;
+    detail::fan_out steps(core->fan());
     for (int p = 0; p < n; ++p) {
         if (p == r)
             continue;
-        steps.push_back(core->link(p).send(detail::frame_of(*core, 0), send, c.token));
-        steps.push_back(core->link(p).receive(detail::expect(*core, 0, block),
-                                              recv.slice(static_cast<std::size_t>(p) * block, block), c.token));
+        steps.add(core->link(p).send(detail::frame_of(*core, 0), send, c.token));
+        steps.add(core->link(p).receive(detail::expect(*core, 0, block),
+                                      recv.slice(static_cast<std::size_t>(p) * block, block), c.token));
     }
-    co_await when_all(std::move(steps));
+    co_await steps;
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 // default): every send and receive at once. Sequential (rdma_lib's order):
 // in step s, send to r + s and receive from r - s, one step at a time.
 #include <cstring>
-#include <vector>
 
 #include <cordma/when_all.hpp>
 
@@ -21,14 +20,14 @@ task<void> exchange(std::shared_ptr<detail::group_core> core, local_slice send, 
     if (block != 0)
         std::memcpy(at(recv, r).data(), at(send, r).data(), block);
     if (order == all_to_all_order::pairwise) {
-        std::vector<task<void>> steps;
+        detail::fan_out steps(core->fan());
         for (int p = 0; p < n; ++p) {
             if (p == r)
                 continue;
-            steps.push_back(core->link(p).send(detail::frame_of(*core, 0), at(send, p), c.token));
-            steps.push_back(core->link(p).receive(detail::expect(*core, 0, block), at(recv, p), c.token));
+            steps.add(core->link(p).send(detail::frame_of(*core, 0), at(send, p), c.token));
+            steps.add(core->link(p).receive(detail::expect(*core, 0, block), at(recv, p), c.token));
         }
-        co_await when_all(std::move(steps));
+        co_await steps;
         co_return;
     }
     for (int s = 1; s < n; ++s) {

@@ -5,9 +5,6 @@
 // message from its parent, then passes it to its children at once; large
 // messages are read by each child from its parent's buffer (log2 N hops,
 // each an RDMA READ of the whole buffer).
-#include <vector>
-
-#include <cordma/when_all.hpp>
 
 #include "group/collectives/collective_steps.hpp"
 
@@ -25,12 +22,12 @@ task<void> binomial_broadcast(std::shared_ptr<group_core> core, local_slice buff
         co_await core->link(parent).receive(expect(*core, step, buffer.size(), static_cast<std::uint32_t>(root)),
                                             buffer, c.token);
     }
-    std::vector<task<void>> sends;
+    fan_out sends(core->fan());
     for (int mask = below >> 1; mask > 0; mask >>= 1)
         if (v + mask < n)
-            sends.push_back(core->link(absolute(v + mask, root, n))
-                                .send(frame_of(*core, step, static_cast<std::uint32_t>(root)), buffer, c.token));
-    co_await when_all(std::move(sends));
+            sends.add(core->link(absolute(v + mask, root, n))
+                          .send(frame_of(*core, step, static_cast<std::uint32_t>(root)), buffer, c.token));
+    co_await sends;
 }
 
 task<void> flat_broadcast(std::shared_ptr<group_core> core, local_slice buffer, int root, std::uint16_t step) {
@@ -40,11 +37,11 @@ task<void> flat_broadcast(std::shared_ptr<group_core> core, local_slice buffer, 
         co_await core->link(root).receive(expect(*core, step, buffer.size(), root_tag), buffer, c.token);
         co_return;
     }
-    std::vector<task<void>> sends;
+    fan_out sends(core->fan());
     for (int p = 0; p < core->size(); ++p)
         if (p != root)
-            sends.push_back(core->link(p).send(frame_of(*core, step, root_tag), buffer, c.token));
-    co_await when_all(std::move(sends));
+            sends.add(core->link(p).send(frame_of(*core, step, root_tag), buffer, c.token));
+    co_await sends;
 }
 
 task<void> any_broadcast(std::shared_ptr<group_core> core, local_slice buffer, int root, std::uint16_t step) {

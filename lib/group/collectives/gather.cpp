@@ -1,9 +1,6 @@
 // group::gather: every rank sends its block to the root, which takes them
 // all at once into its blocks.
 #include <cstring>
-#include <vector>
-
-#include <cordma/when_all.hpp>
 
 #include "group/collectives/collective_steps.hpp"
 
@@ -22,12 +19,12 @@ task<void> to_root(std::shared_ptr<detail::group_core> core, local_slice send, l
     }
     if (block != 0)
         std::memcpy(recv.data() + static_cast<std::size_t>(r) * block, send.data(), block);
-    std::vector<task<void>> steps;
+    detail::fan_out steps(core->fan());
     for (int p = 0; p < n; ++p)
         if (p != r)
-            steps.push_back(core->link(p).receive(detail::expect(*core, 0, block, root_tag),
-                                                  recv.slice(static_cast<std::size_t>(p) * block, block), c.token));
-    co_await when_all(std::move(steps));
+            steps.add(core->link(p).receive(detail::expect(*core, 0, block, root_tag),
+                                            recv.slice(static_cast<std::size_t>(p) * block, block), c.token));
+    co_await steps;
 }
 
 }  // namespace

@@ -1,8 +1,5 @@
 // group::scatter: the root sends block p to rank p, all at once.
 #include <cstring>
-#include <vector>
-
-#include <cordma/when_all.hpp>
 
 #include "group/collectives/collective_steps.hpp"
 
@@ -21,12 +18,12 @@ task<void> from_root(std::shared_ptr<detail::group_core> core, local_slice send,
     }
     if (block != 0)
         std::memcpy(recv.data(), send.data() + static_cast<std::size_t>(r) * block, block);
-    std::vector<task<void>> steps;
+    detail::fan_out steps(core->fan());
     for (int p = 0; p < n; ++p)
         if (p != r)
-            steps.push_back(core->link(p).send(detail::frame_of(*core, 0, root_tag),
-                                               send.slice(static_cast<std::size_t>(p) * block, block), c.token));
-    co_await when_all(std::move(steps));
+            steps.add(core->link(p).send(detail::frame_of(*core, 0, root_tag),
+                                         send.slice(static_cast<std::size_t>(p) * block, block), c.token));
+    co_await steps;
 }
 
 }  // namespace
