@@ -17,22 +17,6 @@
 
 namespace cordma::rpc::detail {
 
-task<std::vector<std::byte>> client_state::call(std::uint32_t method, std::span<const std::byte> request,
-                                                 call_options o) {
-    pending_call c;
-    co_await run(c, method, request, std::move(o));
-    co_return std::move(c.response);
-}
-
-task<std::size_t> client_state::call_into(std::uint32_t method, std::span<const std::byte> request,
-                                          std::span<std::byte> response, call_options o) {
-    pending_call c;
-    c.into = response;
-    c.into_mode = true;
-    co_await run(c, method, request, std::move(o));
-    co_return c.size;
-}
-
 task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<const std::byte> request,
                              call_options o) {
     auto self = shared_from_this();

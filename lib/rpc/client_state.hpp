@@ -98,9 +98,9 @@ public:
     client_state(builder b, client_options options, cordma::connection conn, const wire::header& hello);
 
     void start();
-    task<std::vector<std::byte>> call(std::uint32_t method, std::span<const std::byte> request, call_options o);
-    task<std::size_t> call_into(std::uint32_t method, std::span<const std::byte> request,
-                                std::span<std::byte> response, call_options o);
+    /// One call from its credit to its answer: `c` (in the caller's
+    /// frame) says where the response goes and holds how it ended.
+    task<void> run(pending_call& c, std::uint32_t method, std::span<const std::byte> request, call_options o);
     void shut_down(rpc_errc why, const std::string& message) noexcept;
     task<void> close(std::string why = "the client was closed");
 
@@ -127,8 +127,6 @@ private:
     /// A successful response's bytes: into the call's vector, or copied
     /// into the caller's memory (too_large if they do not fit); ends it.
     void deliver(pending_call& c, std::span<const std::byte> payload);
-    /// One call from its credit to its answer (call and call_into).
-    task<void> run(pending_call& c, std::uint32_t method, std::span<const std::byte> request, call_options o);
     void fail(std::uint64_t id, rpc_errc error, std::string message);
     void broken(rpc_errc error, const std::string& why);
     void grant();

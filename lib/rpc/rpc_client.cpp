@@ -121,16 +121,22 @@ task<std::vector<std::byte>> client::call(std::uint32_t method, std::span<const 
                                           call_options options) {
     auto state = state_;
     checked("call");
-    std::vector<std::byte> response = co_await state->call(method, request, std::move(options));
-    co_return response;
+    // The call lives in this frame (one coroutine fewer than a vector
+    // returned from the state's own: each costs a cached frame).
+    detail::pending_call c;
+    co_await state->run(c, method, request, std::move(options));
+    co_return std::move(c.response);
 }
 
 task<std::size_t> client::call_into(std::uint32_t method, std::span<const std::byte> request,
                                    std::span<std::byte> response, call_options options) {
     auto state = state_;
     checked("call_into");
-    std::size_t size = co_await state->call_into(method, request, response, std::move(options));
-    co_return size;
+    detail::pending_call c;
+    c.into = response;
+    c.into_mode = true;
+    co_await state->run(c, method, request, std::move(options));
+    co_return c.size;
 }
 
 std::vector<std::byte> client::call_sync(std::uint32_t method, std::span<const std::byte> request,

@@ -266,13 +266,13 @@ void server_state::answered(session& s) {
     wake_if_idle();
 }
 
+// Not a coroutine: the copy is made now, and the send is send_buffer's
+// (one frame per frame sent, not two).
 task<void> server_state::send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload) {
-    if (s->gone)
-        co_return;
     local_mr buffer = buffers_.take(wire::header_size + payload.size());
     if (!payload.empty())
         std::memcpy(buffer.data() + wire::header_size, payload.data(), payload.size());
-    co_await send_buffer(std::move(s), h, std::move(buffer), payload.size());
+    return send_buffer(std::move(s), h, std::move(buffer), payload.size());
 }
 
 task<void> server_state::send_buffer(std::shared_ptr<session> s, wire::header h, local_mr buffer, std::size_t size) {
