@@ -134,6 +134,11 @@ void connection_state::complete_queue_slot(work_slot* slot, const ibv_wc& wc) no
         queue->on_message(slot, wc);  // may resume a coroutine awaiting next()
         return;
     }
+    // A failed receive wakes next() at once (receive_queue_state::finished),
+    // and the coroutine it resumes may drop the last handle to this
+    // connection: stay alive to mark it broken.
+    if (!keep)
+        keep = weak_from_this().lock();
     queue->on_failed(slot, wc);
     if (wc.status != IBV_WC_WR_FLUSH_ERR && !broken_)
         note_failure("receive_queue receive", wc);

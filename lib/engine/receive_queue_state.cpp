@@ -104,7 +104,13 @@ void receive_queue_state::post(work_slot* slot) {
 }
 
 bool receive_queue_state::finished() const noexcept {
-    return connection_->broken() && posted_ == 0;
+    // A receive that failed (not flushed) is the last message this queue
+    // will see: an RC receive queue completes in order, so every message
+    // before it is already delivered, and every receive after it can only
+    // be flushed. Debian 12's rxe (6.1) flushes those only when its
+    // responder runs again, which may be never: waiting for them kept a
+    // peer's oversize frame from failing next() at all.
+    return receive_error_ || (connection_->broken() && posted_ == 0);
 }
 
 void receive_queue_state::on_message(work_slot* slot, const ibv_wc& wc) noexcept {

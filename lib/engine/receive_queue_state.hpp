@@ -68,7 +68,8 @@ private:
     // Receives of ours posted and not completed. Once the connection is
     // broken they all complete (flushed, after any message that arrived:
     // an RC receive queue completes in order), and only then does next()
-    // fail, so it never fails while a message may still be in the CQ.
+    // fail, so it never fails while a message may still be in the CQ. A
+    // receive that failed ends the queue at once (finished()).
     std::size_t posted_ = 0;
     std::exception_ptr receive_error_;  // the first failed receive of ours
     std::shared_ptr<receive_refill> refill_;
