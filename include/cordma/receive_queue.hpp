@@ -44,10 +44,13 @@
 ///   connection is broken (closed by either side, an error, the peer gone),
 ///   next() still returns every message that arrived, then throws:
 ///   work_completion_error if one of the queue's own receives failed,
-///   otherwise disconnected_error naming the peer and why. It throws only
-///   once every receive still posted has been flushed, so no message that
-///   reached the completion queue is ever behind the error. Messages held by
-///   the user stay valid after that.
+///   otherwise disconnected_error naming the peer and why. No message that
+///   reached the completion queue is ever behind the error: after a broken
+///   connection next() throws once every receive still posted has been
+///   flushed, and after a receive of its own failed, at once (the receive
+///   queue completes in order, so only flushes can follow it; some devices,
+///   rxe among them, flush those late or not at all). Messages held by the
+///   user stay valid after that.
 /// - Sharing the connection: the queue owns the receive queue of the
 ///   connection. While it exists, connection::recv and recv_imm fail with
 ///   std::logic_error (they would take messages meant for the queue, or the
