@@ -210,6 +210,12 @@ private:
     std::mutex posted_mutex_;
     std::vector<std::function<void()>> posted_;
     std::vector<std::function<void()>> running_;
+    // A polling loop looks at posted_flag_ on every turn, so post() wakes
+    // the thread through wakeup_fd_ (a write, then a read and a re-armed
+    // poll on this side: three system calls) only while may_sleep_ says
+    // it may be asleep: always in event mode, around an adaptive sleep.
+    std::atomic<bool> posted_flag_{false};
+    std::atomic<bool> may_sleep_{true};
 
     std::atomic<bool> stopping_{false};
     std::atomic<std::uint64_t> sleeps_{0};

@@ -8,6 +8,7 @@
 #include <cordma/error.hpp>
 #include <cordma/task_group.hpp>
 
+#include "c_api/c_call.hpp"
 #include "c_api/c_context.hpp"
 #include "c_api/c_frames.hpp"
 
@@ -145,8 +146,9 @@ int cordma_alltoall(cordma_context* ctx, const void* send_buf, void* recv_buf, s
             throw c_failure(EINVAL, "order is " + std::to_string(order_value) +
                                         "; it must be CORDMA_ORDER_SEQUENTIAL or CORDMA_ORDER_PAIRWISE");
         std::lock_guard lock(ctx->call_mutex);
-        return run_call(*ctx, all_to_all_task(ctx, send_buf, recv_buf, msg_size, order == CORDMA_ORDER_PAIRWISE),
-                        "the peers' all-to-all");
+        return run_call(
+            *ctx, [&] { return all_to_all_task(ctx, send_buf, recv_buf, msg_size, order == CORDMA_ORDER_PAIRWISE); },
+            "the peers' all-to-all");
     });
 }
 
@@ -154,7 +156,7 @@ int cordma_allgather(cordma_context* ctx, const void* send_buf, void* recv_buf, 
     return c_entry<int>("cordma_allgather", "", -1, [&] {
         check_collective(ctx, send_buf, recv_buf, msg_size);
         std::lock_guard lock(ctx->call_mutex);
-        return run_call(*ctx, all_gather_task(ctx, send_buf, recv_buf, msg_size), "the peers' all-gather");
+        return run_call(*ctx, [&] { return all_gather_task(ctx, send_buf, recv_buf, msg_size); }, "the peers' all-gather");
     });
 }
 
@@ -162,7 +164,7 @@ int cordma_barrier(cordma_context* ctx) {
     return c_entry<int>("cordma_barrier", "", -1, [&] {
         checked_context(ctx);
         std::lock_guard lock(ctx->call_mutex);
-        return run_call(*ctx, barrier_task(ctx), "the peers' barrier");
+        return run_call(*ctx, [&] { return barrier_task(ctx); }, "the peers' barrier");
     });
 }
 

@@ -2,6 +2,7 @@
 // accept and disconnect (with the C hello that sizes each link), the
 // accessors, and the deadline and keepalives every call runs under.
 #include "c_api/c_context.hpp"
+#include "c_api/c_call.hpp"
 #include "c_api/c_arrivals.hpp"
 #include "connect/qp_settings.hpp"
 #include "link/link_hello.hpp"
@@ -466,7 +467,7 @@ void cordma_destroy(cordma_context* ctx) {
     c_entry<int>("cordma_destroy", "", -1, [&] {
         std::lock_guard lock(ctx->call_mutex);
         // Bounded: frames still leaving get 5 s, then everything closes.
-        return run_call(*ctx, destroy_task(ctx), "frames in flight to leave", 5000, true);
+        return run_call(*ctx, [ctx] { return destroy_task(ctx); }, "frames in flight to leave", 5000, true);
     });
     // Whatever destroy_task got to: the listener closes (thread-safe), and
     // with it the loop holding clients for cordma_accept.
@@ -485,7 +486,7 @@ int cordma_connect(cordma_context* ctx, const char* host, int port) {
             throw c_failure(EINVAL, "port " + std::to_string(port) + " is not 1 to 65535");
         std::lock_guard lock(c.call_mutex);
         std::string address = join_host_port(host, port);
-        return run_call(c, connect_task(&c, address), "the connection to " + address);
+        return run_call(c, [&] { return connect_task(&c, address); }, "the connection to " + address);
     });
 }
 
@@ -495,18 +496,18 @@ int cordma_accept(cordma_context* ctx) {
         if (!c.incoming)
             throw c_failure(EINVAL, "the context does not listen: create it with cordma_config.listen = true");
         std::lock_guard lock(c.call_mutex);
-        return run_call(c, accept_task(&c), "a peer to connect");
+        return run_call(c, [&] { return accept_task(&c); }, "a peer to connect");
     });
 }
 
 int cordma_disconnect(cordma_context* ctx, int peer) {
-    return c_entry<int>("cordma_disconnect", ctx ? subject_of(*ctx, peer) : "", -1, [&] {
+    return c_entry<int>("cordma_disconnect", call_subject::of(ctx, peer), -1, [&] {
         auto& c = checked_context(ctx);
         std::lock_guard lock(c.call_mutex);
         std::shared_ptr<peer_state> p = peer_handle(c, peer);
         if (p->disconnected)
             return 0;
-        return run_call(c, close_peer(p, {}), "frames in flight to leave", 5000);
+        return run_call(c, [&] { return close_peer(p, {}); }, "frames in flight to leave", 5000);
     });
 }
 

@@ -4,7 +4,7 @@
 /// and the peers, each a group peer_link (frames, credits, eager data and
 /// rendezvous reads) owned by a peer_state that fails alone. Every C call
 /// runs as a task on the event listener thread while the calling thread
-/// waits (run_call), under the context's deadline, with keepalives to the
+/// waits (c_call.hpp), under the context's deadline, with keepalives to the
 /// peers while it waits.
 
 #include <atomic>
@@ -148,16 +148,6 @@ void arm_call(cordma_context& ctx, int timeout_ms);
 /// Ends them; with `last` (the context's last call) the watch too, for good.
 void disarm_call(cordma_context& ctx, bool last) noexcept;
 
-/// Runs `body` on the event listener thread as the context's call, under
-/// its deadline, and returns its result; rethrows its failure (a timeout
-/// as c_failure ETIMEDOUT saying what it waited for).
-/// `timeout_ms` -1 takes the context's (cordma_config.timeout_ms).
-/// `last`: the context's last call (cordma_destroy), after which nothing
-/// of the context may run on the listener (its watch stops for good).
-template <class T>
-T run_call(cordma_context& ctx, task<T> body, const std::string& waiting_for, int timeout_ms = -1,
-           bool last = false);
-
 /// The integer a C caller stored in an enum (a cordma_config field, an
 /// argument). C lets an enum hold any value of its integer type; C++ makes
 /// reading one outside the enumerators, as the enum type, undefined (and
@@ -185,50 +175,5 @@ void record_failure(const char* call, const std::string& subject, std::exception
 
 /// "peer 1, 10.0.0.3:40512" for a message's subject.
 std::string subject_of(const cordma_context& ctx, int peer);
-
-/// Runs a C entry point: its body's result, or `on_error` with the failure
-/// recorded. No exception leaves it.
-template <class R, class F>
-R c_entry(const char* call, const std::string& subject, R on_error, F&& body) noexcept {
-    try {
-        return body();
-    } catch (...) {
-        record_failure(call, subject, std::current_exception());
-        return on_error;
-    }
-}
-
-/// The task wrapper behind run_call: hops to the listener thread, arms the
-/// deadline, runs the body.
-template <class T>
-task<T> on_listener(cordma_context* ctx, task<T> body, int timeout_ms, bool last) {
-    co_await ctx->listener_thread->schedule();
-    arm_call(*ctx, timeout_ms);
-    std::exception_ptr error;
-    std::optional<T> result;
-    try {
-        result.emplace(co_await std::move(body));
-    } catch (...) {
-        error = std::current_exception();
-    }
-    disarm_call(*ctx, last);
-    if (error)
-        std::rethrow_exception(error);
-    co_return std::move(*result);
-}
-
-/// The call's failure as the C caller sees it: a timeout names the limit
-/// and what the call waited for.
-[[noreturn]] void rethrow_call_failure(cordma_context& ctx, const std::string& waiting_for);
-
-template <class T>
-T run_call(cordma_context& ctx, task<T> body, const std::string& waiting_for, int timeout_ms, bool last) {
-    int limit = timeout_ms >= 0 ? timeout_ms : ctx.config.timeout_ms;
-    try {
-        return cordma::sync_wait(on_listener<T>(&ctx, std::move(body), limit, last));
-    } catch (...) {
-        rethrow_call_failure(ctx, waiting_for);
-    }
-}
 
 }  // namespace cordma::detail::c_api

@@ -9,6 +9,7 @@
 #include <cordma/cordma.h>
 #include <cordma/error.hpp>
 
+#include "c_api/c_call.hpp"
 #include "c_api/c_context.hpp"
 #include "c_api/c_frames.hpp"
 
@@ -164,7 +165,7 @@ cordma::task<int> release_task(std::shared_ptr<peer_state> p, std::uint64_t id) 
 template <class Make>
 int one_sided(const char* call, cordma_context* ctx, const cordma_remote* remote, std::uint64_t offset,
               std::size_t len, const void* buffer, const char* buffer_name, unsigned need, Make make) noexcept {
-    return c_entry<int>(call, ctx && remote ? subject_of(*ctx, remote->peer) : "", -1, [&] {
+    return c_entry<int>(call, call_subject::of(remote ? ctx : nullptr, remote ? remote->peer : 0), -1, [&] {
         auto& c = checked_context(ctx);
         if (buffer == nullptr && len != 0)
             throw c_failure(EINVAL, std::string(buffer_name) + " is NULL");
@@ -173,7 +174,7 @@ int one_sided(const char* call, cordma_context* ctx, const cordma_remote* remote
         cordma::remote_mr& region = grant_of(c, remote, offset, len, need, p);
         if (len == 0)
             return 0;
-        return run_call(c, make(c, p, region.slice(offset, len)),
+        return run_call(c, [&] { return make(c, p, region.slice(offset, len)); },
                         need == CORDMA_ACCESS_WRITE ? "the write to complete" : "the read to complete");
     });
 }
@@ -183,7 +184,7 @@ int one_sided(const char* call, cordma_context* ctx, const cordma_remote* remote
 extern "C" {
 
 int cordma_grant(cordma_context* ctx, int peer, void* buf, size_t len, unsigned access) {
-    return c_entry<int>("cordma_grant", ctx ? subject_of(*ctx, peer) : "", -1, [&] {
+    return c_entry<int>("cordma_grant", call_subject::of(ctx, peer), -1, [&] {
         auto& c = checked_context(ctx);
         if (buf == nullptr || len == 0)
             throw c_failure(EINVAL, "buf is NULL or len is 0: grant a buffer of at least one byte");
@@ -193,7 +194,8 @@ int cordma_grant(cordma_context* ctx, int peer, void* buf, size_t len, unsigned 
         std::lock_guard lock(c.call_mutex);
         auto p = peer_handle(c, peer);
         p->check_usable();
-        return run_call(c, grant_task(&c, p, buf, len, access), "the grant to reach " + p->name);
+        return run_call(
+            c, [&] { return grant_task(&c, p, buf, len, access); }, [&] { return "the grant to reach " + p->name; });
     });
 }
 
@@ -203,19 +205,20 @@ int cordma_revoke(cordma_context* ctx, void* buf) {
         std::lock_guard lock(c.call_mutex);
         if (c.granted.find(buf) == c.granted.end())
             throw c_failure(EINVAL, "no grant of this buffer (cordma_grant it first; revoke names the buffer granted)");
-        return run_call(c, revoke_task(&c, buf), "the peers to be told");
+        return run_call(c, [&] { return revoke_task(&c, buf); }, "the peers to be told");
     });
 }
 
 int cordma_accept_grant(cordma_context* ctx, int peer, cordma_remote* remote) {
-    return c_entry<int>("cordma_accept_grant", ctx ? subject_of(*ctx, peer) : "", -1, [&] {
+    return c_entry<int>("cordma_accept_grant", call_subject::of(ctx, peer), -1, [&] {
         auto& c = checked_context(ctx);
         if (remote == nullptr)
             throw c_failure(EINVAL, "remote is NULL: pass a cordma_remote to fill");
         std::lock_guard lock(c.call_mutex);
         auto p = peer_handle(c, peer);
         p->check_usable();
-        return run_call(c, accept_grant_task(&c, p, remote), "a grant from " + p->name);
+        return run_call(
+            c, [&] { return accept_grant_task(&c, p, remote); }, [&] { return "a grant from " + p->name; });
     });
 }
 
@@ -234,24 +237,24 @@ int cordma_read(cordma_context* ctx, const cordma_remote* remote, uint64_t offse
 }
 
 int cordma_grant_ended(cordma_context* ctx, const cordma_remote* remote) {
-    return c_entry<int>("cordma_grant_ended", ctx && remote ? subject_of(*ctx, remote->peer) : "", -1, [&] {
+    return c_entry<int>("cordma_grant_ended", call_subject::of(remote ? ctx : nullptr, remote ? remote->peer : 0), -1, [&] {
         auto& c = checked_context(ctx);
         if (remote == nullptr)
             throw c_failure(EINVAL, "remote is NULL");
         std::lock_guard lock(c.call_mutex);
         auto p = peer_handle(c, remote->peer);
-        return run_call(c, grant_ended_task(p, remote->id), "the grant's state");
+        return run_call(c, [&] { return grant_ended_task(p, remote->id); }, "the grant's state");
     });
 }
 
 int cordma_release(cordma_context* ctx, cordma_remote* remote) {
-    return c_entry<int>("cordma_release", ctx && remote ? subject_of(*ctx, remote->peer) : "", -1, [&] {
+    return c_entry<int>("cordma_release", call_subject::of(remote ? ctx : nullptr, remote ? remote->peer : 0), -1, [&] {
         auto& c = checked_context(ctx);
         if (remote == nullptr)
             throw c_failure(EINVAL, "remote is NULL");
         std::lock_guard lock(c.call_mutex);
         auto p = peer_handle(c, remote->peer);
-        int rc = run_call(c, release_task(p, remote->id), "the release");
+        int rc = run_call(c, [&] { return release_task(p, remote->id); }, "the release");
         remote->id = 0;
         remote->size = 0;
         return rc;

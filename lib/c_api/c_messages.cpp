@@ -6,6 +6,7 @@
 
 #include <cordma/cordma.h>
 
+#include "c_api/c_call.hpp"
 #include "c_api/c_context.hpp"
 #include "c_api/c_frames.hpp"
 
@@ -61,35 +62,38 @@ cordma::task<int> broadcast_task(cordma_context* ctx, const void* data, std::siz
 extern "C" {
 
 int cordma_send(cordma_context* ctx, int peer, const void* data, size_t len) {
-    return c_entry<int>("cordma_send", ctx ? subject_of(*ctx, peer) : "", -1, [&] {
+    return c_entry<int>("cordma_send", call_subject::of(ctx, peer), -1, [&] {
         auto& c = checked_context(ctx);
         check_buffer(data, len, "data");
         std::lock_guard lock(c.call_mutex);
         auto p = peer_handle(c, peer);
         p->check_usable();
-        return run_call(c, send_task(&c, p, data, len), "room in " + p->name + "'s window, or its read");
+        return run_call(
+            c, [&] { return send_task(&c, p, data, len); },
+            [&] { return "room in " + p->name + "'s window, or its read"; });
     });
 }
 
 ssize_t cordma_recv(cordma_context* ctx, int peer, void* data, size_t max_len) {
-    return c_entry<ssize_t>("cordma_recv", ctx ? subject_of(*ctx, peer) : "", -1, [&] {
+    return c_entry<ssize_t>("cordma_recv", call_subject::of(ctx, peer), -1, [&] {
         auto& c = checked_context(ctx);
         check_buffer(data, max_len, "data");
         std::lock_guard lock(c.call_mutex);
         auto p = peer_handle(c, peer);
         p->check_usable();
-        std::size_t got = run_call(c, recv_task(&c, p, data, max_len), "a message from " + p->name);
+        std::size_t got = run_call(
+            c, [&] { return recv_task(&c, p, data, max_len); }, [&] { return "a message from " + p->name; });
         return static_cast<ssize_t>(got);
     });
 }
 
 ssize_t cordma_peek(cordma_context* ctx, int peer) {
-    return c_entry<ssize_t>("cordma_peek", ctx ? subject_of(*ctx, peer) : "", -1, [&] {
+    return c_entry<ssize_t>("cordma_peek", call_subject::of(ctx, peer), -1, [&] {
         auto& c = checked_context(ctx);
         std::lock_guard lock(c.call_mutex);
         auto p = peer_handle(c, peer);
         p->check_usable();
-        std::size_t size = run_call(c, peek_task(&c, p), "a message from " + p->name);
+        std::size_t size = run_call(c, [&] { return peek_task(&c, p); }, [&] { return "a message from " + p->name; });
         return static_cast<ssize_t>(size);
     });
 }
@@ -99,7 +103,7 @@ int cordma_broadcast(cordma_context* ctx, const void* data, size_t len) {
         auto& c = checked_context(ctx);
         check_buffer(data, len, "data");
         std::lock_guard lock(c.call_mutex);
-        return run_call(c, broadcast_task(&c, data, len), "the peers to take the message");
+        return run_call(c, [&] { return broadcast_task(&c, data, len); }, "the peers to take the message");
     });
 }
 

@@ -8,6 +8,7 @@
 
 #include <cordma/rdma_lib.h>
 
+#include "c_api/c_call.hpp"
 #include "c_api/c_context.hpp"
 
 using namespace cordma::detail::c_api;

@@ -139,6 +139,8 @@ void event_listener::run_loop() {
     io_uring_submit(ring_.get());
     auto last_activity = std::chrono::steady_clock::now();
     bool idle_since_activity = false;
+    if (options_.mode != polling_mode::event)
+        may_sleep_.store(false);
     while (!stopping_.load(std::memory_order_acquire)) {
         if (options_.mode == polling_mode::event) {
             if (backlog_) {
@@ -153,6 +155,10 @@ void event_listener::run_loop() {
             continue;
         }
         bool active = drain_all();
+        if (posted_flag_.load(std::memory_order_relaxed) && posted_flag_.exchange(false, std::memory_order_acquire)) {
+            run_posted();
+            active = true;
+        }
         // io_uring_peek_cqe calls into liburing even when nothing is there;
         // io_uring_cq_ready is two loads (plus the flag saying completions
         // overflowed and only a peek brings them in).
@@ -185,12 +191,15 @@ void event_listener::run_loop() {
         // Adaptive, idle: arm, then look once more for completions that
         // arrived before the arming took effect, and only then sleep.
         arm_all();
-        if (drain_all()) {
+        may_sleep_.store(true);
+        if (drain_all() || posted_flag_.load()) {
+            may_sleep_.store(false, std::memory_order_relaxed);
             idle_since_activity = false;
             continue;
         }
         sleeps_.fetch_add(1, std::memory_order_relaxed);
         io_uring_submit_and_wait(ring_.get(), 1);
+        may_sleep_.store(false, std::memory_order_relaxed);
         reap_uring();
         idle_since_activity = false;
     }

@@ -104,6 +104,11 @@ void event_listener::post(std::function<void()> fn) {
         std::lock_guard lock(posted_mutex_);
         posted_.push_back(std::move(fn));
     }
+    // Both sequentially consistent, as the loop's store of may_sleep_ and
+    // load of posted_flag_ before it sleeps: one side sees the other.
+    posted_flag_.store(true);
+    if (!may_sleep_.load())
+        return;
     std::uint64_t one = 1;
     [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
 }

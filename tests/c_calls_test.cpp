@@ -1,0 +1,120 @@
+// The C API (cordma.h) seen from C++, for what a C program cannot count:
+// the allocations its calls make. tests/c_api_test.c tests what the calls
+// do, from C.
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include <cordma/cordma.h>
+
+#define CORDMA_DEFINE_ALLOCATION_COUNTER
+#include "support/allocation_counter.hpp"
+#include "support/rxe_device.hpp"
+
+namespace {
+
+using namespace cordma;
+using cordma::test::test_address;
+
+/// A context on the test device's address, every call bounded by 20 s.
+cordma_context* make_context(const std::string& address, bool listen, cordma_polling polling) {
+    cordma_config c;
+    cordma_config_init(&c);
+    c.address = address.c_str();
+    c.port = 0;
+    c.listen = listen;
+    c.timeout_ms = 20000;
+    c.polling = polling;
+    cordma_context* ctx = cordma_create(&c);
+    INFO(cordma_last_error());
+    REQUIRE(ctx != nullptr);
+    return ctx;
+}
+
+void fill(std::array<std::uint8_t, 64>& buf, std::uint64_t round) {
+    for (std::size_t i = 0; i < buf.size(); ++i)
+        buf[i] = static_cast<std::uint8_t>(round * 131 + i);
+}
+
+}  // namespace
+
+TEST_CASE("a C send and receive of 64 B, answered, allocate nothing in steady state", "[c_api][allocation]") {
+    const cordma_polling polling = GENERATE(CORDMA_POLLING_EVENT, CORDMA_POLLING_BUSY);
+    CAPTURE(int(polling));
+    const std::string address = test_address();
+    cordma_context* server = make_context(address, true, polling);
+    cordma_context* client = make_context(address, false, polling);
+    constexpr int warm_up = 100;
+    constexpr int rounds = 1000;
+
+    // The server answers every message with what it got, on its own thread
+    // (each C call blocks its caller).
+    std::string server_failure;
+    std::thread answering([&] {
+        int peer = cordma_accept(server);
+        if (peer < 0) {
+            server_failure = std::string("cordma_accept: ") + cordma_last_error();
+            return;
+        }
+        std::array<std::uint8_t, 64> buf{};
+        for (int i = 0; i < warm_up + rounds; ++i) {
+            ssize_t got = cordma_recv(server, peer, buf.data(), buf.size());
+            if (got != static_cast<ssize_t>(buf.size()) || cordma_send(server, peer, buf.data(), buf.size()) != 0) {
+                server_failure = "round " + std::to_string(i) + ": " + cordma_last_error();
+                return;
+            }
+        }
+    });
+    int peer = cordma_connect(client, address.c_str(), cordma_local_port(server));
+    INFO(cordma_last_error());
+    REQUIRE(peer == 0);
+
+    std::array<std::uint8_t, 64> out{}, in{};
+    std::optional<testing::allocation_counter> counter;
+    std::uint64_t counted = 0;
+    std::string failure;
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < warm_up + rounds && failure.empty(); ++i) {
+        if (i == warm_up) {
+            counter.emplace();
+            start = std::chrono::steady_clock::now();
+        }
+        fill(out, static_cast<std::uint64_t>(i));
+        if (cordma_send(client, peer, out.data(), out.size()) != 0)
+            failure = std::string("cordma_send: ") + cordma_last_error();
+        else if (cordma_recv(client, peer, in.data(), in.size()) != static_cast<ssize_t>(in.size()))
+            failure = std::string("cordma_recv: ") + cordma_last_error();
+        else if (in != out)
+            failure = "round " + std::to_string(i) + " came back wrong";
+        if (i == warm_up + rounds - 1)
+            counted = counter->all_threads().allocations;
+    }
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!failure.empty())
+        cordma_disconnect(client, peer);  // the server's recv fails now, not at its deadline
+    answering.join();
+    cordma_destroy(client);
+    cordma_destroy(server);
+    INFO(failure);
+    REQUIRE(failure.empty());
+    INFO(server_failure);
+    REQUIRE(server_failure.empty());
+
+    // What is left over is driven by the clock (each call's keepalive
+    // watch, about twice a second): the allowance grows with the time the
+    // rounds took, where one allocation per call would be 4000.
+    double per_round = double(counted) / rounds;
+    INFO(counted << " allocations in " << rounds << " rounds, " << seconds << " s");
+    WARN("allocations per 64 B cordma_send + cordma_recv, answered, both ends: " << per_round);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    CHECK(per_round < 20);  // frames are not cached under the sanitizers
+#else
+    CHECK(double(counted) < 0.05 * rounds + 20 * seconds);
+#endif
+}
