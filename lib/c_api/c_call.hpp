@@ -27,7 +27,18 @@
 
 namespace cordma::detail::c_api {
 
-/// Who a C call was about, put into words only if it fails: a peer of a
+/// `what` as text: a string as it is, or what a function making one
+/// returns, called only now (a call's subject and what it waited for are
+/// put into words only when it fails).
+template <class What>
+std::string as_text(const What& what) {
+    if constexpr (std::is_invocable_v<const What&>)
+        return what();
+    else
+        return std::string(what);
+}
+
+/// Who a C call was about, as a function making the text: a peer of a
 /// context, or nothing.
 struct call_subject {
     const cordma_context* ctx = nullptr;
@@ -35,34 +46,23 @@ struct call_subject {
 
     /// Peer `peer` of `ctx` (nothing if `ctx` is NULL).
     static call_subject of(const cordma_context* ctx, int peer) noexcept { return {ctx, peer}; }
-    std::string text() const { return ctx != nullptr ? subject_of(*ctx, peer) : std::string(); }
+    std::string operator()() const { return ctx != nullptr ? subject_of(*ctx, peer) : std::string(); }
 };
 
 /// Runs a C entry point: its body's result, or `on_error` with the failure
-/// recorded. No exception leaves it.
-template <class R, class F>
-R c_entry(const char* call, call_subject subject, R on_error, F&& body) noexcept {
+/// recorded, about `subject` (as_text). No exception leaves it.
+template <class R, class Subject, class F>
+R c_entry(const char* call, const Subject& subject, R on_error, F&& body) noexcept {
     try {
         return body();
     } catch (...) {
         std::exception_ptr error = std::current_exception();
         std::string who;
         try {
-            who = subject.text();
-        } catch (...) {
+            who = as_text(subject);
+        } catch (...) {  // no memory for the words: the failure is still recorded
         }
         record_failure(call, who, error);
-        return on_error;
-    }
-}
-
-/// The same, about something other than a peer (`subject` as given).
-template <class R, class F>
-R c_entry(const char* call, const std::string& subject, R on_error, F&& body) noexcept {
-    try {
-        return body();
-    } catch (...) {
-        record_failure(call, subject, std::current_exception());
         return on_error;
     }
 }
@@ -113,8 +113,7 @@ call_runner run_on_listener(Box* box) {
 /// Runs the task `make()` returns on the event listener thread as the
 /// context's call, under its deadline, and returns its result; rethrows
 /// its failure (a timeout as c_failure ETIMEDOUT saying what it waited
-/// for: `waiting_for`, a string or a function making one, called only
-/// then). `timeout_ms` -1 takes the context's (cordma_config.timeout_ms).
+/// for: `waiting_for`, as_text). `timeout_ms` -1 takes the context's (cordma_config.timeout_ms).
 /// `last`: the context's last call (cordma_destroy), after which nothing
 /// of the context may run on the listener (its watch stops for good).
 template <class Make, class Waiting>
@@ -127,10 +126,7 @@ auto run_call(cordma_context& ctx, Make make, const Waiting& waiting_for, int ti
         try {
             std::rethrow_exception(box.error);
         } catch (...) {
-            if constexpr (std::is_invocable_v<const Waiting&>)
-                rethrow_call_failure(ctx, waiting_for());
-            else
-                rethrow_call_failure(ctx, waiting_for);
+            rethrow_call_failure(ctx, as_text(waiting_for));
         }
     }
     return std::move(*box.result);

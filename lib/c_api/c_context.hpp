@@ -28,7 +28,6 @@
 #include <cordma/listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/remote_mr.hpp>
-#include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 
 #include "link/link_wire.hpp"
