@@ -119,8 +119,12 @@ public:
         return awaiter{this};
     }
 
-    /// True when called from this event listener's thread.
-    bool running_in_this_thread() const noexcept { return std::this_thread::get_id() == thread_id_; }
+    /// True when called from the thread running this event listener's
+    /// loop: its own thread, or a C API call's thread while that call
+    /// drives the loop (lib/engine/event_listener_drive.cpp).
+    bool running_in_this_thread() const noexcept {
+        return driver_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+    }
 
     /// A pending call_after. cancel() (event listener thread only) stops it from
     /// running; the timer itself expires harmlessly later.
@@ -165,6 +169,29 @@ private:
         doorbells_ = bell;
     }
 
+    /// What a caller's drive() came to (lib/engine/event_listener_drive.cpp).
+    enum class drive_result {
+        /// `done` was set while the caller drove; the loop is free again.
+        done,
+        /// The caller could not take the loop (event mode, or another
+        /// thread drives it): `start` was not called. The caller is
+        /// counted as waiting; it posts its work, waits for it, then
+        /// calls end_wait().
+        not_taken,
+        /// `start` ran, but the loop went back to the listener thread
+        /// before `done` (something only that thread may do: submit to
+        /// io_uring, sleep). The caller is counted as waiting; it waits
+        /// for its work, then calls end_wait().
+        handed_back,
+    };
+    drive_result drive(void (*start)(void*), void* arg, const std::atomic<bool>& done);
+    void end_wait() noexcept { waiting_callers_.fetch_sub(1); }
+    bool take_loop() noexcept;
+    void release_loop(bool want_listener) noexcept;
+    void park() noexcept;
+    void wake_parked() noexcept;
+    bool on_own_thread() const noexcept { return std::this_thread::get_id() == thread_id_; }
+
     event_listener(std::shared_ptr<device_context> device, event_listener_options options);
     void ring_doorbells() noexcept;
     struct handle;
@@ -173,6 +200,7 @@ private:
     void run_loop();
     bool drain(completion_queue& cq);
     bool drain_all();
+    bool poll_turn();
     void drain_backlog();
     void arm_all();
     void on_channel_ready();
@@ -216,6 +244,24 @@ private:
     // it may be asleep: always in event mode, around an adaptive sleep.
     std::atomic<bool> posted_flag_{false};
     std::atomic<bool> may_sleep_{true};
+
+    // Who runs the loop (event_listener_drive.cpp): the listener thread, or
+    // a C call's thread for as long as that call waits (busy and yielding
+    // polling), so that the call needs no hand-off between threads.
+    // loop_state_ passes the loop's state (everything "event listener
+    // thread only") from one to the other, with acquire and release.
+    enum : int { listener_runs, park_asked, loop_free, caller_runs };
+    std::atomic<int> loop_state_{listener_runs};
+    std::atomic<std::thread::id> driver_{};
+    // The parked listener thread's futex word: bumped to wake it.
+    std::atomic<std::uint32_t> park_word_{0};
+    // Loops taken by callers (the parked thread takes the loop back once
+    // no caller has come for a whole park period).
+    std::atomic<std::uint64_t> drives_{0};
+    // Callers waiting for work the loop must run (not driving it), and a
+    // caller's request that the listener thread take the loop back.
+    std::atomic<int> waiting_callers_{0};
+    std::atomic<bool> listener_wanted_{false};
 
     std::atomic<bool> stopping_{false};
     std::atomic<std::uint64_t> sleeps_{0};

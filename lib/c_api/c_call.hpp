@@ -1,18 +1,23 @@
 #pragma once
 /// How a C entry point runs: c_entry turns a failure into errno and
 /// cordma_last_error; run_call runs the call's task on the context's event
-/// listener thread while the calling thread waits.
+/// listener: in busy and yielding polling on the calling thread, which
+/// drives the listener's loop while it waits; in event polling on the
+/// listener's thread, while the calling thread sleeps.
 ///
 /// Nothing here allocates on a call that succeeds:
 /// - the subject ("peer 1, 10.0.0.3:40512") and what the call waited for
 ///   are put into words only when the call fails;
-/// - the call's task is made on the event listener thread, where its frame
-///   also ends, so frames come from and go back to that thread's cache (a
-///   frame made on the caller's thread and ended on the listener's would
-///   leave one cache empty and the other full: an allocation per call);
-/// - the hand-off is one posted function holding one pointer (within
-///   std::function's own storage) to what the caller keeps on its stack.
+/// - the call's task is made on the thread running the listener's loop,
+///   where its frame also ends (almost always), so frames come from and go
+///   back to one thread's cache (a frame made on one thread and ended on
+///   another would leave one cache empty and the other full: an
+///   allocation per call);
+/// - a caller that drives the loop hands nothing over; one that posts
+///   hands over one function holding one pointer (within std::function's
+///   own storage) to what it keeps on its stack.
 
+#include <atomic>
 #include <coroutine>
 #include <exception>
 #include <optional>
@@ -24,6 +29,7 @@
 #include <cordma/detail/sync_wait.hpp>
 
 #include "c_api/c_context.hpp"
+#include "engine/event_listener_access.hpp"
 
 namespace cordma::detail::c_api {
 
@@ -81,6 +87,9 @@ struct call_box {
     bool last;
     std::optional<T> result{};
     std::exception_ptr error{};
+    /// Set as the call ends, before `done`: what a caller driving the
+    /// loop itself looks at between turns.
+    std::atomic<bool> finished{false};
     sync_wait_event done{};
 };
 
@@ -105,6 +114,7 @@ call_runner run_on_listener(Box* box) {
         box->error = std::current_exception();
     }
     disarm_call(*box->ctx, box->last);
+    box->finished.store(true, std::memory_order_release);
     // The caller may return, and its box go, as soon as this is set:
     // nothing of the box is touched after it.
     box->done.set();
@@ -119,9 +129,21 @@ call_runner run_on_listener(Box* box) {
 template <class Make, class Waiting>
 auto run_call(cordma_context& ctx, Make make, const Waiting& waiting_for, int timeout_ms = -1, bool last = false) {
     using T = typename std::invoke_result_t<Make&>::value_type;
-    call_box<T, Make> box{&ctx, &make, timeout_ms >= 0 ? timeout_ms : ctx.config.timeout_ms, last};
-    ctx.listener_thread->post([b = &box] { run_on_listener(b); });
-    box.done.wait();
+    using box_type = call_box<T, Make>;
+    box_type box{&ctx, &make, timeout_ms >= 0 ? timeout_ms : ctx.config.timeout_ms, last};
+    // Busy and yielding polling: this thread runs the listener's loop
+    // while it waits (event_listener_drive.cpp), so the call starts and
+    // ends here, with no thread switch. Otherwise, or when another thread
+    // drives the loop, the call is posted to it and this thread sleeps.
+    event_listener& el = *ctx.listener_thread;
+    auto driven = event_listener_access::drive(
+        el, [](void* b) { run_on_listener(static_cast<box_type*>(b)); }, &box, box.finished);
+    if (driven != event_listener_access::drive_result::done) {
+        if (driven == event_listener_access::drive_result::not_taken)
+            el.post([b = &box] { run_on_listener(b); });
+        box.done.wait();
+        event_listener_access::end_wait(el);
+    }
     if (box.error) {
         try {
             std::rethrow_exception(box.error);

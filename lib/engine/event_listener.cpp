@@ -131,7 +131,9 @@ struct event_listener::handle {
         if (!el)
             return;
         el->request_stop();
-        if (el->running_in_this_thread()) {
+        // Its own thread, not a C call's driving the loop: only the
+        // listener thread itself cannot join itself.
+        if (el->on_own_thread()) {
             detail::exit_wait_begin();
             detached_this_thread = true;
             el->thread_.detach();
@@ -149,6 +151,7 @@ std::shared_ptr<event_listener> event_listener::start(std::shared_ptr<device_con
     auto ready = started.get_future();
     el->thread_ = std::thread([self = el, &started]() mutable {
         self->thread_id_ = std::this_thread::get_id();
+        self->driver_.store(self->thread_id_, std::memory_order_relaxed);
         started.set_value();
         self->run();
         // The listener goes here (if this is its last reference), while an
@@ -197,9 +200,10 @@ event_listener::~event_listener() {
 }
 
 void event_listener::request_stop() noexcept {
-    stopping_.store(true, std::memory_order_release);
+    stopping_.store(true);
     std::uint64_t one = 1;
     [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
+    wake_parked();  // a thread parked while callers drove: it stops too
 }
 
 std::shared_ptr<completion_queue> event_listener::create_cq(int entries) {

@@ -22,6 +22,18 @@ public:
     /// ids made on it deliver their events to the cm_target in
     /// id->context, on the event listener thread.
     static rdma_event_channel* cm_channel(event_listener& l) { return l.cm_channel(); }
+
+    using drive_result = event_listener::drive_result;
+    /// A thread other than the listener's, about to wait for work of its
+    /// own on the listener (a C API call): takes the listener's loop if it
+    /// can, calls start(arg) on it, and runs the loop's turns itself until
+    /// `done` is set. The result says whether it must still wait (and then
+    /// call end_wait): see event_listener::drive_result.
+    static drive_result drive(event_listener& l, void (*start)(void*), void* arg, const std::atomic<bool>& done) {
+        return l.drive(start, arg, done);
+    }
+    /// After drive() returned not_taken or handed_back, once the wait ended.
+    static void end_wait(event_listener& l) noexcept { l.end_wait(); }
 };
 
 }  // namespace cordma::detail

@@ -133,6 +133,20 @@ unsigned event_listener::reap_uring() {
     return handled;
 }
 
+bool event_listener::poll_turn() {
+    bool active = drain_all();
+    if (posted_flag_.load(std::memory_order_relaxed) && posted_flag_.exchange(false, std::memory_order_acquire)) {
+        run_posted();
+        active = true;
+    }
+    // io_uring_peek_cqe calls into liburing even when nothing is there;
+    // io_uring_cq_ready is two loads (plus the flag saying completions
+    // overflowed and only a peek brings them in).
+    if (io_uring_cq_ready(ring_.get()) > 0 || (IO_URING_READ_ONCE(*ring_->sq.kflags) & IORING_SQ_CQ_OVERFLOW) != 0)
+        active |= reap_uring() > 0;
+    return active;
+}
+
 void event_listener::run_loop() {
     submit_poll(wakeup_fd_, &wakeup_watch_);
     submit_poll(channel_->fd(), &channel_watch_);
@@ -142,6 +156,12 @@ void event_listener::run_loop() {
     if (options_.mode != polling_mode::event)
         may_sleep_.store(false);
     while (!stopping_.load(std::memory_order_acquire)) {
+        // A C call's thread asks for the loop (event_listener_drive.cpp):
+        // one load per turn. Never in event mode, where callers post.
+        if (loop_state_.load(std::memory_order_relaxed) == park_asked) {
+            park();
+            continue;
+        }
         if (options_.mode == polling_mode::event) {
             if (backlog_) {
                 io_uring_submit(ring_.get());
@@ -154,17 +174,7 @@ void event_listener::run_loop() {
             reap_uring();
             continue;
         }
-        bool active = drain_all();
-        if (posted_flag_.load(std::memory_order_relaxed) && posted_flag_.exchange(false, std::memory_order_acquire)) {
-            run_posted();
-            active = true;
-        }
-        // io_uring_peek_cqe calls into liburing even when nothing is there;
-        // io_uring_cq_ready is two loads (plus the flag saying completions
-        // overflowed and only a peek brings them in).
-        if (io_uring_cq_ready(ring_.get()) > 0 ||
-            (IO_URING_READ_ONCE(*ring_->sq.kflags) & IORING_SQ_CQ_OVERFLOW) != 0)
-            active |= reap_uring() > 0;
+        bool active = poll_turn();
         if (io_uring_sq_ready(ring_.get()) > 0)
             io_uring_submit(ring_.get());
         // Busy mode never needs the time, and reading the clock is not free
@@ -192,7 +202,7 @@ void event_listener::run_loop() {
         // arrived before the arming took effect, and only then sleep.
         arm_all();
         may_sleep_.store(true);
-        if (drain_all() || posted_flag_.load()) {
+        if (drain_all() || posted_flag_.load() || loop_state_.load() == park_asked) {
             may_sleep_.store(false, std::memory_order_relaxed);
             idle_since_activity = false;
             continue;

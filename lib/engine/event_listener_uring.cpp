@@ -94,8 +94,13 @@ std::shared_ptr<event_listener::timer> event_listener::call_after(std::chrono::n
     io_uring_prep_timeout(sqe, &entry->timeout, 0, 0);
     io_uring_sqe_set_data(sqe, entry);
     // The kernel reads the timespec at submission: submit now, so a busy
-    // listener that never sleeps still starts the clock.
-    io_uring_submit(ring_.get());
+    // listener that never sleeps still starts the clock. Only the
+    // listener's own thread submits (the timeout's completion goes to the
+    // thread that submitted it): a caller driving the loop hands it back
+    // to the listener thread once its turn made an entry to submit
+    // (event_listener_drive.cpp).
+    if (on_own_thread())
+        io_uring_submit(ring_.get());
     return entry->handle;
 }
 
@@ -107,6 +112,10 @@ void event_listener::post(std::function<void()> fn) {
     // Both sequentially consistent, as the loop's store of may_sleep_ and
     // load of posted_flag_ before it sleeps: one side sees the other.
     posted_flag_.store(true);
+    // Nobody runs the loop (the listener thread parked, the caller that
+    // drove it gone): the parked thread takes it back for this.
+    if (loop_state_.load() == loop_free)
+        wake_parked();
     if (!may_sleep_.load())
         return;
     std::uint64_t one = 1;

@@ -30,6 +30,9 @@ case "$SCENARIO.$RXE_VM_HOST" in
     exec "$fp" serve 10.78.0.2:7620 --clients 1 \
       --fault 'echo 0 > "$RXE_VM_RC"; sync; echo b > /proc/sysrq-trigger' --fault-after 50 ;;
   poweroff.3)
-    exec "$fp" traffic 10.78.0.1:7620 --seconds 60 ;;
+    # Until host 1 says it is done (it has seen host 2's operations fail
+    # while this traffic went on), not for a fixed time: on a loaded host
+    # the power-off can come later than any duration chosen here.
+    exec "$fp" traffic 10.78.0.1:7620 --seconds 240 --until-told ;;
   *) echo "pressure_guest.sh: nothing for $SCENARIO on host $RXE_VM_HOST" >&2; exit 2 ;;
 esac

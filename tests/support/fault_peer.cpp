@@ -12,10 +12,13 @@
 //       that is down fails this side's send at once). --pressure-to: once the first client is being served, also
 //       runs `pressure` (below) from a builder of its own, to show that a
 //       peer failing under pressure leaves the other clients served and
-//       frees everything of its own. Exit 0 only if at most K connections
+//       frees everything of its own; then tells its clients the run is
+//       over (their traffic --until-told ends). Exit 0 only if at most K connections
 //       failed (default 0) and no check did.
-//   fault_peer traffic ADDR:PORT --seconds S
-//       Every kind of operation at once for S seconds on 4 connections:
+//   fault_peer traffic ADDR:PORT --seconds S [--until-told]
+//       Every kind of operation at once for S seconds on 4 connections
+//       (--until-told: until the server's answer to an echo says the run
+//       is over, which must come within S seconds):
 //       send/recv with and without immediate (echoed and checked),
 //       write_with_imm (checked by the server, acknowledged),
 //       write + read back, fetch_add (every old value seen exactly once),
@@ -91,6 +94,8 @@ namespace {
 
 constexpr std::uint32_t note_bit = 0x80000000u;
 constexpr std::uint32_t flag_imm = 1, flag_bye = 2;
+/// Set by the server in an echo's answer: the run is over (traffic --until-told).
+constexpr std::uint32_t flag_stop = 4;
 constexpr std::size_t max_payload = 8192;
 constexpr std::size_t slot_size = 4096, slots = 16;
 /// Regions must outlive every run (the owner's default lease is 30 s).
@@ -210,6 +215,8 @@ struct server_state {
     std::string fault_before_reply;
     std::atomic<bool> fault_started{false};
     std::thread fault_thread;
+    /// Set when the run is over: echo answers then tell the clients to stop.
+    std::atomic<bool> wind_down{false};
     /// A client silent this long is taken for gone (its link or host died
     /// while this side had nothing to send, so no retry could notice);
     /// 0: never.
@@ -323,6 +330,10 @@ task<void> serve_one(connection conn, server_state* st) {
             if (long at = mismatch(m.bytes().subspan(sizeof h), h.seq); at >= 0)
                 fail("message " + std::to_string(h.seq) + ": byte " + std::to_string(at) + " is wrong");
             std::memcpy(reply.data(), m.data(), m.size());
+            if (st->wind_down) {
+                h.flags |= flag_stop;
+                std::memcpy(reply.data(), &h, sizeof h);
+            }
             st->before_reply();
             std::size_t size = m.size();
             m.release();
@@ -349,6 +360,8 @@ task<void> serve_one(connection conn, server_state* st) {
 
 struct client_state {
     std::atomic<bool> stop{false};
+    /// An echo's answer said the run is over (the server's flag_stop).
+    std::atomic<bool> told_to_stop{false};
     std::atomic<std::uint64_t> completions{0};
     // Atomics rxe completed without their result (connection_state's
     // atomic_result_lost): reported as an error, never as a wrong value.
@@ -380,6 +393,14 @@ task<void> echo_worker(connection conn, std::shared_ptr<memory_pool> pool, clien
         } else {
             auto [r, sent] = co_await when_all(conn.recv(in.all()), conn.send(message));
             got = r;
+        }
+        header answer{};
+        std::memcpy(&answer, in.data(), std::min<std::size_t>(got.length, sizeof answer));
+        if (got.length >= sizeof answer && (answer.flags & flag_stop)) {
+            cs->told_to_stop = true;
+            cs->stop = true;
+            answer.flags &= ~flag_stop;
+            std::memcpy(in.data(), &answer, sizeof answer);
         }
         if (got.length != sizeof h + h.length || std::memcmp(in.data(), out.data(), got.length) != 0)
             fail("echo " + std::to_string(seq) + ": the answer differs from the message");
@@ -508,7 +529,7 @@ task<void> guarded(task<void> body, client_state* cs, std::string name) {
 
 // ---------------------------------------------------------------- traffic
 
-int traffic(const std::string& address, int seconds) {
+int traffic(const std::string& address, int seconds, bool until_told) {
     builder b;
     client_state cs;
     std::vector<connection> conns;
@@ -580,6 +601,8 @@ int traffic(const std::string& address, int seconds) {
     std::printf("fault_peer traffic: %llu completions in %.1f s (%llu echoes), %zu errors\n",
                 (unsigned long long)cs.completions.load(), took, (unsigned long long)(seqs[0] + seqs[1]),
                 cs.errors.size());
+    if (until_told && cs.errors.empty() && !cs.told_to_stop)
+        cs.errors.push_back("the server never said the run was over, within --seconds " + std::to_string(seconds));
     for (auto& e : cs.errors)
         std::printf("fault_peer traffic: ERROR %s\n", e.c_str());
     return cs.errors.empty() ? 0 : 1;
@@ -835,6 +858,7 @@ int serve(const serve_options& o) {
                 rc = 1;
             }
             std::fflush(stdout);
+            st.wind_down = true;  // the clients may stop now
         });
     }
     {
@@ -977,7 +1001,7 @@ int main(int argc, char** argv) try {
     serve_options so;
     so.address = address;
     int seconds = 10, connections = 64, depth = 256;
-    bool reconnect = false;
+    bool reconnect = false, until_told = false;
     for (int i = 3; i < argc; ++i) {
         std::string flag = argv[i];
         auto value = [&]() -> const char* {
@@ -998,13 +1022,14 @@ int main(int argc, char** argv) try {
         else if (flag == "--connections") connections = int(number("--connections", value(), 1, 1024));
         else if (flag == "--depth") depth = int(number("--depth", value(), 1, 65536));
         else if (flag == "--reconnect") reconnect = true;
+        else if (flag == "--until-told") until_told = true;
         else throw std::invalid_argument("unknown option '" + flag + "'");
     }
     ::signal(SIGPIPE, SIG_IGN);
     if (mode == "serve")
         return serve(so);
     if (mode == "traffic")
-        return traffic(address, seconds);
+        return traffic(address, seconds, until_told);
     if (mode == "pressure")
         return pressure(address, so.ops, so.fail_within, reconnect);
     if (mode == "soak")

@@ -1,0 +1,188 @@
+// A caller that drives the event listener's loop: a C API call (or any
+// thread that waits for work of its own on the listener) takes the loop
+// over while it waits, instead of handing its work to the listener thread
+// and sleeping until that thread wakes it.
+//
+// Why: a call handed over costs two thread switches and a futex wake-up per
+// call (the caller's post, the listener's answer). In busy and yielding
+// polling the listener thread spins anyway; if the caller spins in its
+// place, running the loop's turns itself, the call starts and ends on the
+// caller's thread, as a C++ coroutine's would on the listener's.
+//
+// The protocol (loop_state_):
+// - listener_runs: the listener thread runs the loop. A caller asks for it
+//   (park_asked); the thread sees that at its next turn, lets go of the
+//   loop (loop_free) and parks on a futex word.
+// - loop_free: nobody runs it. A caller takes it (caller_runs) with one
+//   compare-and-swap: in a ping-pong every call after the first finds the
+//   loop free, and takes and gives it back without a system call.
+// - The parked thread wakes every park period and takes the loop back
+//   (listener_runs) only when no caller took it during a whole period, so
+//   timers, rdma_cm events and the completions nobody waits for run at most
+//   two periods late between calls. It takes it back at once when a caller
+//   asks it to (something only it may do: submit to io_uring, where a
+//   request's completion belongs to the thread that submitted it; sleep),
+//   when work is posted while nobody drives, when a caller waits for work
+//   the loop must run, or when the listener stops.
+// loop_state_'s acquire and release pass every "event listener thread only"
+// member from one thread to the next.
+#include <cordma/event_listener.hpp>
+
+#include <liburing.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace cordma {
+
+namespace {
+
+/// How long the parked listener thread sleeps between looks at whether
+/// callers still drive its loop: the lateness of a timer that fires
+/// between two calls is at most twice this.
+constexpr std::chrono::milliseconds park_period{2};
+
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::chrono::nanoseconds limit) noexcept {
+    timespec ts{};
+    ts.tv_sec = static_cast<time_t>(limit.count() / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(limit.count() % 1'000'000'000);
+    // EINTR, EAGAIN (the word moved) and ETIMEDOUT all mean: look again.
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+void event_listener::wake_parked() noexcept {
+    park_word_.fetch_add(1);
+    futex_wake(park_word_);
+}
+
+// The listener thread, asked for the loop: gives it up and parks until it
+// must take it back.
+void event_listener::park() noexcept {
+    driver_.store(std::thread::id{}, std::memory_order_relaxed);
+    loop_state_.store(loop_free, std::memory_order_release);
+    // Not taken back before the caller that asked has had a period to come.
+    std::uint64_t drives_seen = drives_.load() - 1;
+    bool first = true;
+    for (;;) {
+        std::uint32_t word = park_word_.load();
+        if (loop_state_.load() == loop_free) {
+            bool wanted = stopping_.load() ||
+                          (!first && (listener_wanted_.load() || posted_flag_.load() || waiting_callers_.load() > 0 ||
+                                      drives_.load() == drives_seen));
+            int expected = loop_free;
+            if (wanted && loop_state_.compare_exchange_strong(expected, listener_runs, std::memory_order_acquire)) {
+                listener_wanted_.store(false, std::memory_order_relaxed);
+                driver_.store(thread_id_, std::memory_order_relaxed);
+                return;
+            }
+        }
+        first = false;
+        drives_seen = drives_.load();
+        futex_wait(park_word_, word, park_period);
+    }
+}
+
+bool event_listener::take_loop() noexcept {
+    bool asked = false;
+    for (unsigned spins = 0;; ++spins) {
+        int state = loop_state_.load(std::memory_order_acquire);
+        if (state == loop_free) {
+            if (loop_state_.compare_exchange_weak(state, caller_runs, std::memory_order_acquire)) {
+                drives_.fetch_add(1, std::memory_order_relaxed);
+                driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+                return true;
+            }
+            continue;
+        }
+        if (stopping_.load(std::memory_order_relaxed))
+            return false;
+        if (state == caller_runs || (state == park_asked && !asked))
+            return false;  // another caller has it, or is about to
+        if (state == listener_runs) {
+            if (!loop_state_.compare_exchange_weak(state, park_asked))
+                continue;
+            asked = true;
+            // Asleep in io_uring (adaptive polling): woken as a post would.
+            if (may_sleep_.load()) {
+                std::uint64_t one = 1;
+                [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
+            }
+            continue;
+        }
+        // Asked; the listener thread lets go at its next turn. It may have
+        // no CPU right now (two vCPUs, two processes): give it one.
+        if (spins % 64 == 63)
+            sched_yield();
+    }
+}
+
+void event_listener::release_loop(bool want_listener) noexcept {
+    // Entries a turn made for io_uring: only the listener thread submits.
+    want_listener |= io_uring_sq_ready(ring_.get()) > 0 || stopping_.load(std::memory_order_relaxed);
+    if (want_listener)
+        listener_wanted_.store(true);
+    driver_.store(std::thread::id{}, std::memory_order_relaxed);
+    loop_state_.store(loop_free);
+    // Sequentially consistent with post()'s store of posted_flag_ and load
+    // of loop_state_: one side sees the other, so posted work never waits
+    // for a park period.
+    if (want_listener || listener_wanted_.load() || posted_flag_.load() || waiting_callers_.load() > 0)
+        wake_parked();
+}
+
+event_listener::drive_result event_listener::drive(void (*start)(void*), void* arg, const std::atomic<bool>& done) {
+    if (options_.mode == polling_mode::event || on_own_thread() || !take_loop()) {
+        waiting_callers_.fetch_add(1);
+        return drive_result::not_taken;
+    }
+    start(arg);
+    bool idle = false;
+    auto idle_since = std::chrono::steady_clock::time_point{};
+    for (;;) {
+        if (done.load(std::memory_order_acquire)) {
+            release_loop(false);
+            return drive_result::done;
+        }
+        bool active = poll_turn();
+        if (done.load(std::memory_order_acquire))
+            continue;
+        // Something only the listener thread may do: give the loop back,
+        // and wait as a caller that posted would.
+        if (io_uring_sq_ready(ring_.get()) > 0 || stopping_.load(std::memory_order_relaxed))
+            break;
+        if (options_.mode == polling_mode::busy)
+            continue;
+        if (options_.mode == polling_mode::yielding) {
+            if (!active)
+                sched_yield();
+            continue;
+        }
+        // Adaptive: spin as the listener would, then let it sleep for us.
+        if (active) {
+            idle = false;
+            continue;
+        }
+        auto now = std::chrono::steady_clock::now();
+        if (!idle) {
+            idle = true;
+            idle_since = now;
+        }
+        if (now - idle_since >= options_.spin)
+            break;
+    }
+    waiting_callers_.fetch_add(1);
+    release_loop(true);
+    return drive_result::handed_back;
+}
+
+}  // namespace cordma
