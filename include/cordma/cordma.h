@@ -21,7 +21,9 @@
  *
  * Every call is synchronous: it returns once done (what it sent may be
  * reused, what it received has landed). Underneath, cordma's coroutines
- * run on the context's thread; the calling thread sleeps meanwhile.
+ * run on the context's thread while the calling thread sleeps (event
+ * polling), or on the calling thread, which runs the context's loop while
+ * it waits (busy and yielding polling: no thread switch per call).
  *
  * Errors. A call that fails returns -1 (or NULL), sets errno, and leaves a
  * message in cordma_last_error(), per thread, naming the call, the peer and
@@ -92,7 +94,8 @@ typedef enum cordma_exchange {
 typedef enum cordma_polling {
     /** Sleeps until the device signals (no CPU while idle). */
     CORDMA_POLLING_EVENT = 0,
-    /** Spins (lowest latency, a core per context). */
+    /** Spins (lowest latency, a core per context): the calling thread
+     *  during a call, the context's thread between calls. */
     CORDMA_POLLING_BUSY = 1,
     /** Spins, yielding the CPU between passes (for more threads than cores). */
     CORDMA_POLLING_YIELDING = 2

@@ -181,6 +181,14 @@ public:
     /// Values waiting for a pop (a pop now would not wait).
     std::size_t ready() const noexcept { return values_.size(); }
 
+    /// The next value if one waits (a pop now would not wait), without a
+    /// coroutine frame; nothing otherwise.
+    std::optional<T> try_pop() {
+        if (values_.empty())
+            return std::nullopt;
+        return std::optional<T>(values_.pop_front());
+    }
+
     /// Removes the values `pred` picks (e.g. a client that went away).
     template <class Pred>
     void erase_if(Pred pred) {

@@ -211,6 +211,10 @@ public:
     bool can_send_now() const noexcept {
         return credits_->ready() > 0 && data_slot_free() && pending_control_.empty() && slot_waiters_ == 0;
     }
+    /// send_inline without waiting, when can_send_now() (and the payload
+    /// fits inline_room()): no coroutine frame, for the common case of a
+    /// stream's small write.
+    void send_inline_now(link_wire::header h, std::span<const std::byte> payload);
     /// Room in the window, then a slot; counts the frame as sent (a
     /// cancelled wait gives the credit back). With post_inline, for a
     /// sender that fills the frame only once it may go (a stream's batch).
@@ -235,6 +239,15 @@ public:
     /// reads the payload (data) or fetches it (fetch(), rts), then
     /// finish()es it.
     task<inbound_frame> take(expected_frame e, std::stop_token token);
+    /// take() of whatever frame comes next, with no coroutine of its own:
+    /// the frame at once if one waits, else the inbox's pop to await
+    /// (nothing from it: the link is gone, and throw_gone() says why).
+    /// For a stream's reads, which expect no particular frame.
+    std::optional<inbound_frame> try_take_any() { return inbox_->try_pop(); }
+    task<std::optional<inbound_frame>> take_any(std::stop_token token) {
+        return inbox_->pop(std::move(token), receive_call_, name_);
+    }
+    [[noreturn]] void throw_gone() const { link_gone(); }
     /// Reads an rts frame's payload into `into`.
     task<void> fetch(const inbound_frame& f, local_slice into);
     /// Reads into.size() bytes of an rts frame's payload from `offset`.

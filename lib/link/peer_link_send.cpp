@@ -195,6 +195,16 @@ task<void> peer_link::send_inline(wire::header h, std::span<const std::byte> pay
     post_inline(slot, h, payload);
 }
 
+void peer_link::send_inline_now(wire::header h, std::span<const std::byte> payload) {
+    if (!can_send_now() || payload.size() > inline_room())
+        throw std::logic_error("cordma: " + name_ + ": send_inline_now with no credit, slot or room for " +
+                               std::to_string(payload.size()) + " bytes (internal error)");
+    credits_->try_pop();
+    std::size_t slot = take_data_slot();
+    ++sent_;
+    post_inline(slot, h, payload);
+}
+
 task<std::size_t> peer_link::credit_and_slot(std::stop_token token) {
     auto self = shared_from_this();
     counted_wait waiting(senders_waiting_);  // check_idle shrinks only with none

@@ -103,11 +103,6 @@ void stream_state::throw_closed(const char* call) const {
     throw std::logic_error(std::string("cordma::stream::") + call + " to " + peer_ + " after close()");
 }
 
-task<void> stream_state::on_listener() {
-    if (!event_listener_->running_in_this_thread())
-        co_await event_listener_->schedule();
-}
-
 void stream_state::keepalive_start() {
     if (waiting_++ > 0 || tick_)
         return;
@@ -151,8 +146,15 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
     std::size_t n = 0;
     try {
         if (!current_) {
-            keepalive_scope alive(this);
-            inbound_frame f = co_await link_->take(expected_frame{}, token);
+            std::optional<inbound_frame> got = link_->try_take_any();
+            if (!got) {
+                keepalive_scope alive(this);
+                auto link = link_;  // the pop names it if cancelled: kept while it waits
+                got = co_await link->take_any(token);
+            }
+            if (!got)
+                link_->throw_gone();
+            inbound_frame& f = *got;
             consumed_ = 0;
             if (f.header.op != wire::op::stream) {
                 std::string why = "sent a frame of op " + wire::name(f.header.op) + ", not a stream's";
@@ -199,12 +201,17 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
     co_return n;
 }
 
-task<void> stream_state::write_frame(std::span<const std::byte> bytes, local_slice registered,
-                                     std::stop_token token) {
+wire::header stream_state::data_header() noexcept {
     wire::header h;
     h.op = wire::op::stream;
     h.extra = data_frame;
     h.seq = ++next_seq_;
+    return h;
+}
+
+task<void> stream_state::write_frame(std::span<const std::byte> bytes, local_slice registered,
+                                     std::stop_token token) {
+    wire::header h = data_header();
     keepalive_scope alive(this);
     frames_sent_.fetch_add(1, std::memory_order_relaxed);
     if (bytes.size() <= link_->inline_room()) {
@@ -253,8 +260,11 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
             if (copied && link_->needs_room(std::min(batch_.size() + left, link_->eager_size())))
                 co_await link_->make_room(std::min(batch_.size() + left, link_->eager_size()), token);
             if (copied && !batch_waiting() && link_->can_send_now()) {
+                // A credit and a slot are free: the frame goes now, with
+                // no wait (and so no coroutine frame for one).
                 std::size_t n = std::min(left, link_->inline_room());
-                co_await write_frame(bytes.subspan(offset, n), {}, token);
+                link_->send_inline_now(data_header(), bytes.subspan(offset, n));
+                frames_sent_.fetch_add(1, std::memory_order_relaxed);
                 offset += n;
             } else if (copied && batch_.size() < link_->inline_room()) {
                 std::size_t n = std::min(left, link_->inline_room() - batch_.size());

@@ -5,6 +5,7 @@
 /// only; the public methods hop there first.
 
 #include <atomic>
+#include <coroutine>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -57,8 +58,16 @@ public:
     static constexpr std::size_t largest_frame = std::size_t(16) << 20;
 
 private:
-    /// Moves the calling coroutine to the event listener thread.
-    task<void> on_listener();
+    /// `co_await on_listener()` moves the calling coroutine to the event
+    /// listener thread: at once, with no frame and no hop, when it is
+    /// there already (as a stream's reads and writes nearly always are).
+    struct listener_awaiter {
+        cordma::event_listener* el;
+        bool await_ready() const noexcept { return el->running_in_this_thread(); }
+        void await_suspend(std::coroutine_handle<> h) { el->post([h] { h.resume(); }); }
+        void await_resume() const noexcept {}
+    };
+    listener_awaiter on_listener() const noexcept { return {event_listener_.get()}; }
     /// Pings the peer while a read or write waits (keepalive_scope).
     friend struct keepalive_scope;
     void keepalive_start();
@@ -67,6 +76,8 @@ private:
     [[noreturn]] void throw_closed(const char* call) const;
     /// Sends the end of stream (once: write_shut_ is set first).
     task<void> send_end(std::stop_token token);
+    /// The header of the next data frame (its sequence number taken).
+    link_wire::header data_header() noexcept;
     task<void> write_frame(std::span<const std::byte> bytes, local_slice registered, std::stop_token token);
     /// Sends the batch as frames as credit returns, until it is empty
     /// (spawned when the first bytes go into it).
