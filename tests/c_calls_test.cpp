@@ -147,6 +147,8 @@ TEST_CASE("a C send and receive of 64 B, answered, allocate nothing and switch n
     // (twice a second) or the kernel takes the CPU away for a page fault.
     INFO("calling threads blocked " << client_blocked << " times (client) and " << server_blocked
                                     << " times (server) in " << rounds << " rounds, " << seconds << " s");
+    WARN("calling threads blocked " << client_blocked << " (client) and " << server_blocked << " (server) times in "
+                                    << rounds << " rounds");
     if (polling == CORDMA_POLLING_EVENT) {
         CHECK(client_blocked >= rounds);
     } else {
