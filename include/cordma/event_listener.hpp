@@ -173,14 +173,15 @@ private:
     enum class drive_result {
         /// `done` was set while the caller drove; the loop is free again.
         done,
-        /// The caller could not take the loop (event mode, or another
-        /// thread drives it): `start` was not called. The caller is
+        /// The caller could not take the loop (event or adaptive
+        /// polling, the call is made on the listener's own thread, or
+        /// another thread drives it): `start` was not called. The caller is
         /// counted as waiting; it posts its work, waits for it, then
         /// calls end_wait().
         not_taken,
         /// `start` ran, but the loop went back to the listener thread
         /// before `done` (something only that thread may do: submit to
-        /// io_uring, sleep). The caller is counted as waiting; it waits
+        /// io_uring, or stop). The caller is counted as waiting; it waits
         /// for its work, then calls end_wait().
         handed_back,
     };

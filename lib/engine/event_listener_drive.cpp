@@ -10,6 +10,8 @@
 // caller's thread, as a C++ coroutine's would on the listener's.
 //
 // The protocol (loop_state_):
+// Only in busy and yielding polling, where the listener thread never
+// sleeps in io_uring (drive() says why).
 // - listener_runs: the listener thread runs the loop. A caller asks for it
 //   (park_asked); the thread sees that at its next turn, lets go of the
 //   loop (loop_free) and parks on a futex word.
@@ -112,11 +114,6 @@ bool event_listener::take_loop() noexcept {
             if (!loop_state_.compare_exchange_weak(state, park_asked))
                 continue;
             asked = true;
-            // Asleep in io_uring (adaptive polling): woken as a post would.
-            if (may_sleep_.load()) {
-                std::uint64_t one = 1;
-                [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
-            }
             continue;
         }
         // Asked; the listener thread lets go at its next turn. It may have
@@ -141,13 +138,16 @@ void event_listener::release_loop(bool want_listener) noexcept {
 }
 
 event_listener::drive_result event_listener::drive(void (*start)(void*), void* arg, const std::atomic<bool>& done) {
-    if (options_.mode == polling_mode::event || on_own_thread() || !take_loop()) {
+    // Only a loop that never sleeps is worth taking over: in event and
+    // adaptive polling the listener thread sleeps in io_uring, and a caller
+    // driving in its place would have to spin or hand the loop back to
+    // sleep, which costs the wake-up it was meant to save.
+    bool polls = options_.mode == polling_mode::busy || options_.mode == polling_mode::yielding;
+    if (!polls || on_own_thread() || !take_loop()) {
         waiting_callers_.fetch_add(1);
         return drive_result::not_taken;
     }
     start(arg);
-    bool idle = false;
-    auto idle_since = std::chrono::steady_clock::time_point{};
     for (;;) {
         if (done.load(std::memory_order_acquire)) {
             release_loop(false);
@@ -160,25 +160,8 @@ event_listener::drive_result event_listener::drive(void (*start)(void*), void* a
         // and wait as a caller that posted would.
         if (io_uring_sq_ready(ring_.get()) > 0 || stopping_.load(std::memory_order_relaxed))
             break;
-        if (options_.mode == polling_mode::busy)
-            continue;
-        if (options_.mode == polling_mode::yielding) {
-            if (!active)
-                sched_yield();
-            continue;
-        }
-        // Adaptive: spin as the listener would, then let it sleep for us.
-        if (active) {
-            idle = false;
-            continue;
-        }
-        auto now = std::chrono::steady_clock::now();
-        if (!idle) {
-            idle = true;
-            idle_since = now;
-        }
-        if (now - idle_since >= options_.spin)
-            break;
+        if (options_.mode == polling_mode::yielding && !active)
+            sched_yield();
     }
     waiting_callers_.fetch_add(1);
     release_loop(true);

@@ -157,7 +157,8 @@ void event_listener::run_loop() {
         may_sleep_.store(false);
     while (!stopping_.load(std::memory_order_acquire)) {
         // A C call's thread asks for the loop (event_listener_drive.cpp):
-        // one load per turn. Never in event mode, where callers post.
+        // one load per turn. Only in busy and yielding polling; in event
+        // and adaptive polling callers post.
         if (loop_state_.load(std::memory_order_relaxed) == park_asked) {
             park();
             continue;
@@ -202,7 +203,7 @@ void event_listener::run_loop() {
         // arrived before the arming took effect, and only then sleep.
         arm_all();
         may_sleep_.store(true);
-        if (drain_all() || posted_flag_.load() || loop_state_.load() == park_asked) {
+        if (drain_all() || posted_flag_.load()) {
             may_sleep_.store(false, std::memory_order_relaxed);
             idle_since_activity = false;
             continue;

@@ -22,7 +22,7 @@
 #   poweroff  3 VMs; host 2 powers off under 1,000 operations in flight
 #             from host 1, which fails them all within 5 s, frees them, and
 #             goes on serving host 3's traffic throughout
-#   soak      1 VM: 64 connections x 256 operations in flight for 30 s,
+#   soak      1 VM: 64 connections x 256 operations in flight for 20 s,
 #             every read checked, memory and fds flat from second 5 on
 #   resources 1 VM: tests/resources_test.cpp, every connection style and
 #             module gives back every RDMA resource and fd
@@ -61,7 +61,7 @@ case "$scenario" in
   poweroff)
     vm -n 3 -t 420 -- env BUILD="$build" SCENARIO=poweroff LIMIT_MS=5000 sh "$src/tests/faults/pressure_guest.sh" ;;
   soak)
-    vm -t 300 -- "$fp" soak 10.77.0.1:0 --connections 64 --depth 256 --seconds 30 ;;
+    vm -t 300 -- "$fp" soak 10.77.0.1:0 --connections 64 --depth 256 --seconds 20 ;;
   resources)
     vm -t 300 -- env CORDMA_TEST_PEER="$build/tests/peer" "$build/tests/resources_test" --durations yes ;;
   *) echo "faults.sh: unknown scenario '$scenario'" >&2; exit 2 ;;

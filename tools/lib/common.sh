@@ -57,8 +57,13 @@ cordma_build() {
     *) cordma_die "CORDMA_WERROR must be 1 (warnings are errors, the default) or 0, not '$CORDMA_WERROR'." ;;
   esac
   if [ ! -f "$CORDMA_BUILD/meson-private/coredata.dat" ]; then
-    cordma_say "configuring $CORDMA_BUILD (-Dwerror=$werror)"
-    meson setup -Dwerror="$werror" "$CORDMA_BUILD" "$CORDMA_ROOT" ||
+    # -g1 (line tables: backtraces and sanitizer reports keep file and
+    # line) instead of the build type's -g: the same code, compiled about
+    # a quarter faster (the library's slowest source 17.6 to 12.8 s), which
+    # is about 2 of CI's build minutes. A build for debugging sets its own
+    # cpp_args.
+    cordma_say "configuring $CORDMA_BUILD (-Dwerror=$werror, -g1)"
+    meson setup -Dwerror="$werror" -Dcpp_args=-g1 -Dc_args=-g1 "$CORDMA_BUILD" "$CORDMA_ROOT" ||
       cordma_die "meson setup failed (see above). If $CORDMA_BUILD is not a meson build" \
                  "directory, remove it (rm -rf $CORDMA_BUILD) and try again."
   else
