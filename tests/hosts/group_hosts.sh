@@ -8,8 +8,9 @@
 #                 every other and serves all that arrive at once, every
 #                 byte and the order checked, an all_reduce between rounds
 #   collectives4  examples/collectives on 4 VMs, every collective checked
-#   failures3     three failures, one after another on the same 3 VMs
-#                 (one boot, not three; each on its own port):
+#   mesh_failures3  mesh3's run, then three failures, one after another
+#                 on the same 3 VMs (one boot, not four; each on its own
+#                 port; a 3-VM boot is about 20 s of CI):
 #                 death: rank 2 kills itself after the first barrier;
 #                   ranks 0 and 1, waiting in a broadcast from it, fail
 #                   within 5 s naming it;
@@ -35,7 +36,8 @@ case "$scenario" in
     vm -n 3 -t 240 -- sh -c "examples/mesh --rank \$((RXE_VM_HOST-1)) --hosts $(hosts 3) --rounds 20 --quiet --device rxe0" ;;
   collectives4)
     vm -n 4 -t 300 -- sh -c "examples/collectives --rank \$((RXE_VM_HOST-1)) --hosts $(hosts 4) --quiet --device rxe0" ;;
-  failures3)
+  mesh_failures3)
+    mesh="examples/mesh --rank \$((RXE_VM_HOST-1)) --hosts $(hosts 3) --rounds 20 --quiet --device rxe0"
     # Rank 2 moves on to the power-off's port while ranks 0 and 1 wait
     # out the missing rank on theirs; forming waits up to 60 s for them.
     # One line: rxe-vm hands the command to the guest's sh quoted with %q.
@@ -44,7 +46,7 @@ case "$scenario" in
     others="r=\$((RXE_VM_HOST-1)); echo 'death:' && $peer $(hosts 3 7601) \$r expect-death 2"
     others+=" && echo 'missing:' && $peer $(hosts 3 7602) \$r expect-missing 2"
     others+=" && echo 'poweroff:' && $peer $(hosts 3 7603) \$r expect-death 2"
-    vm -n 3 -t 300 -- sh -c "st=0; if [ \$RXE_VM_HOST = 3 ]; then $last; else $others; fi" ;;
+    vm -n 3 -t 420 -- sh -c "st=0; echo 'mesh:'; $mesh || exit 1; if [ \$RXE_VM_HOST = 3 ]; then $last; else $others; fi" ;;
   *)
     echo "group_hosts.sh: unknown scenario '$scenario'" >&2; exit 2 ;;
 esac
