@@ -4,6 +4,8 @@
 // itself: no hand-off to another thread per call). tests/c_api_test.c
 // tests what the calls do, from C.
 #include <array>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -155,4 +157,74 @@ TEST_CASE("a C send and receive of 64 B, answered, allocate nothing and switch n
         CHECK(double(client_blocked) < 0.05 * rounds + 20 * seconds);
         CHECK(double(server_blocked) < 0.05 * rounds + 20 * seconds);
     }
+}
+
+namespace {
+
+/// What the log sink below saw and did: the first line about the client's
+/// connection to `marker` makes it call cordma_send on `client` from the
+/// thread that logged it, the client's loop.
+struct reentry {
+    std::string marker;
+    cordma_context* client = nullptr;
+    std::atomic<bool> done{false};
+    int result = 0;
+    int error = 0;
+    std::string message;
+};
+
+void reentering_sink(cordma_log_level, const char* line, void* user) {
+    auto* r = static_cast<reentry*>(user);
+    if (r->done.load() || std::strstr(line, r->marker.c_str()) == nullptr)
+        return;
+    char byte = 1;
+    r->result = cordma_send(r->client, 0, &byte, 1);
+    r->error = errno;
+    r->message = cordma_last_error();
+    r->done.store(true);
+}
+
+}  // namespace
+
+TEST_CASE("a call from the thread running the context's loop (a log sink's) fails with EDEADLK, and the context "
+          "goes on",
+          "[c_api]") {
+    const cordma_polling polling = GENERATE(CORDMA_POLLING_EVENT, CORDMA_POLLING_BUSY);
+    CAPTURE(int(polling));
+    const std::string address = test_address();
+    cordma_context* server = make_context(address, true, polling);
+    cordma_context* client = make_context(address, false, polling);
+    // The client's line: "connection to ADDRESS:PORT (QP n) set up".
+    reentry r;
+    r.marker = "to " + address + ":" + std::to_string(cordma_local_port(server)) + " (QP";
+    r.client = client;
+    REQUIRE(cordma_set_log_level(CORDMA_LOG_DEBUG) == 0);
+    REQUIRE(cordma_set_log_sink(reentering_sink, &r) == 0);
+
+    std::thread accepting([&] { cordma_accept(server); });
+    // Without the refusal this waited for itself: in event polling the
+    // sink's call waited for the call mutex this connect holds, in busy
+    // polling for the loop its own thread was inside.
+    int peer = cordma_connect(client, address.c_str(), cordma_local_port(server));
+    std::string connect_error = cordma_last_error();
+    accepting.join();
+    cordma_set_log_sink(nullptr, nullptr);
+    cordma_set_log_level(CORDMA_LOG_WARNING);
+
+    INFO(connect_error);
+    REQUIRE(peer == 0);
+    REQUIRE(r.done.load());
+    INFO(r.message);
+    CHECK(r.result == -1);
+    CHECK(r.error == EDEADLK);
+    CHECK(r.message.find("cordma_send") != std::string::npos);
+    CHECK(r.message.find("runs this context's loop") != std::string::npos);
+    // Nothing was sent or broken: the next message is the one sent now.
+    char out = 42, in = 0;
+    REQUIRE(cordma_send(client, 0, &out, 1) == 0);
+    INFO(cordma_last_error());
+    REQUIRE(cordma_recv(server, 0, &in, 1) == 1);
+    CHECK(in == 42);
+    cordma_destroy(client);
+    cordma_destroy(server);
 }

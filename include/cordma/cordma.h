@@ -43,7 +43,10 @@
  *
  * Threads. A context may be used from any thread, but one call at a time:
  * calls from several threads on one context run one after another. Use a
- * context per thread for parallel traffic.
+ * context per thread for parallel traffic. A call on a context from the
+ * thread that runs that context's loop (a log sink called during a call
+ * on it) fails with EDEADLK, and cordma_destroy then frees nothing: it
+ * would wait for itself.
  *
  * Messages. cordma_send and cordma_recv carry messages: one send, one
  * receive, boundaries kept, in order per peer, of any size. A message up to
@@ -331,8 +334,9 @@ typedef enum cordma_log_level {
  *  trailing newline, valid only during the call) and the `user` pointer
  *  given to cordma_set_log_sink. Called on whichever thread logs, often a
  *  context's own thread and sometimes several at once: it must be
- *  thread-safe and quick. It may call cordma; a line cordma logs meanwhile
- *  on the same thread goes to stderr. */
+ *  thread-safe and quick. It may call cordma (but a call on the context
+ *  whose loop logged the line fails with EDEADLK); a line cordma logs
+ *  meanwhile on the same thread goes to stderr. */
 typedef void (*cordma_log_sink)(cordma_log_level level, const char *line, void *user);
 
 /** Sends cordma's log lines to `sink` (with `user`) from now on; NULL

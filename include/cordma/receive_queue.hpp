@@ -80,6 +80,7 @@
 #include <optional>
 #include <span>
 #include <stop_token>
+#include <utility>
 #include <vector>
 
 #include <cordma/connection.hpp>
@@ -104,14 +105,24 @@ class CORDMA_API received_message {
 public:
     /// An empty message (what a moved-from one is): bytes() is empty.
     received_message() = default;
-    /// Takes over `other`'s buffer; `other` is left empty.
-    received_message(received_message&& other) noexcept;
+    /// Takes over `other`'s buffer; `other` is left empty. Inline, as is
+    /// the destructor's test for an empty message: a message is moved
+    /// through several coroutines on its way to the reader (14 moves and
+    /// 18 destructions per stream round trip, callgrind 2026-11-29), and
+    /// each was a call into the library.
+    received_message(received_message&& other) noexcept
+        : queue_(std::move(other.queue_)), slot_(std::exchange(other.slot_, nullptr)),
+          data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)),
+          imm_(std::exchange(other.imm_, std::nullopt)), qp_num_(other.qp_num_) {}
     /// Releases this message's buffer (posted again), then takes over
     /// `other`'s; `other` is left empty.
     received_message& operator=(received_message&& other) noexcept;
     received_message(const received_message&) = delete;
     received_message& operator=(const received_message&) = delete;
-    ~received_message() { release(); }
+    ~received_message() {
+        if (slot_ != nullptr)
+            release();
+    }
 
     /// True while it holds a message (not empty, moved from or released).
     explicit operator bool() const noexcept { return slot_ != nullptr; }

@@ -145,7 +145,7 @@ int cordma_alltoall(cordma_context* ctx, const void* send_buf, void* recv_buf, s
         if (order_value != CORDMA_ORDER_SEQUENTIAL && order_value != CORDMA_ORDER_PAIRWISE)
             throw c_failure(EINVAL, "order is " + std::to_string(order_value) +
                                         "; it must be CORDMA_ORDER_SEQUENTIAL or CORDMA_ORDER_PAIRWISE");
-        std::lock_guard lock(ctx->call_mutex);
+        auto lock = lock_call(*ctx);
         return run_call(
             *ctx, [&] { return all_to_all_task(ctx, send_buf, recv_buf, msg_size, order == CORDMA_ORDER_PAIRWISE); },
             "the peers' all-to-all");
@@ -155,7 +155,7 @@ int cordma_alltoall(cordma_context* ctx, const void* send_buf, void* recv_buf, s
 int cordma_allgather(cordma_context* ctx, const void* send_buf, void* recv_buf, size_t msg_size) {
     return c_entry<int>("cordma_allgather", "", -1, [&] {
         check_collective(ctx, send_buf, recv_buf, msg_size);
-        std::lock_guard lock(ctx->call_mutex);
+        auto lock = lock_call(*ctx);
         return run_call(*ctx, [&] { return all_gather_task(ctx, send_buf, recv_buf, msg_size); }, "the peers' all-gather");
     });
 }
@@ -163,7 +163,7 @@ int cordma_allgather(cordma_context* ctx, const void* send_buf, void* recv_buf, 
 int cordma_barrier(cordma_context* ctx) {
     return c_entry<int>("cordma_barrier", "", -1, [&] {
         checked_context(ctx);
-        std::lock_guard lock(ctx->call_mutex);
+        auto lock = lock_call(*ctx);
         return run_call(*ctx, [&] { return barrier_task(ctx); }, "the peers' barrier");
     });
 }

@@ -325,6 +325,15 @@ cordma_context& checked_context(cordma_context* ctx) {
     return *ctx;
 }
 
+std::unique_lock<std::mutex> lock_call(cordma_context& ctx) {
+    if (ctx.listener_thread->running_in_this_thread())
+        throw c_failure(EDEADLK,
+                        "called on the thread that runs this context's loop (from a log sink, during another call on "
+                        "the context): it would wait for itself; make the call from another thread, or after the "
+                        "call in progress returns");
+    return std::unique_lock(ctx.call_mutex);
+}
+
 std::shared_ptr<peer_state> peer_handle(cordma_context& ctx, int peer) {
     peer_at(ctx, peer);  // checks the number
     std::lock_guard lock(ctx.peers_mutex);
@@ -464,11 +473,17 @@ cordma_context* cordma_create(const cordma_config* config) {
 void cordma_destroy(cordma_context* ctx) {
     if (ctx == nullptr)
         return;
+    // Refused on the context's own loop (a log sink): nothing is freed,
+    // since the thread doing it would be freed from under itself.
+    bool refused = true;
     c_entry<int>("cordma_destroy", "", -1, [&] {
-        std::lock_guard lock(ctx->call_mutex);
+        auto lock = lock_call(*ctx);
+        refused = false;
         // Bounded: frames still leaving get 5 s, then everything closes.
         return run_call(*ctx, [ctx] { return destroy_task(ctx); }, "frames in flight to leave", 5000, true);
     });
+    if (refused)
+        return;
     // Whatever destroy_task got to: the listener closes (thread-safe), and
     // with it the loop holding clients for cordma_accept.
     if (ctx->incoming)
@@ -484,7 +499,7 @@ int cordma_connect(cordma_context* ctx, const char* host, int port) {
             throw c_failure(EINVAL, "host is NULL or empty");
         if (port <= 0 || port > 65535)
             throw c_failure(EINVAL, "port " + std::to_string(port) + " is not 1 to 65535");
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         std::string address = join_host_port(host, port);
         return run_call(c, [&] { return connect_task(&c, address); }, "the connection to " + address);
     });
@@ -495,7 +510,7 @@ int cordma_accept(cordma_context* ctx) {
         auto& c = checked_context(ctx);
         if (!c.incoming)
             throw c_failure(EINVAL, "the context does not listen: create it with cordma_config.listen = true");
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         return run_call(c, [&] { return accept_task(&c); }, "a peer to connect");
     });
 }
@@ -503,7 +518,7 @@ int cordma_accept(cordma_context* ctx) {
 int cordma_disconnect(cordma_context* ctx, int peer) {
     return c_entry<int>("cordma_disconnect", call_subject::of(ctx, peer), -1, [&] {
         auto& c = checked_context(ctx);
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         std::shared_ptr<peer_state> p = peer_handle(c, peer);
         if (p->disconnected)
             return 0;

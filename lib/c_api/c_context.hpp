@@ -161,6 +161,11 @@ long long c_enum_value(const E& value) noexcept {
 
 /// `ctx`, or c_failure EINVAL for NULL.
 cordma_context& checked_context(cordma_context* ctx);
+/// Takes `ctx`'s call_mutex for one call, or throws c_failure EDEADLK when
+/// this thread runs the context's loop (a log sink called during a call on
+/// it): the call would wait for the loop this thread is inside, or for the
+/// mutex the outer call holds.
+std::unique_lock<std::mutex> lock_call(cordma_context& ctx);
 /// The peer numbered `peer`, or c_failure EINVAL saying which numbers exist.
 peer_state& peer_at(cordma_context& ctx, int peer);
 /// The same, as a handle a task can keep.

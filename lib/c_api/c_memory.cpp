@@ -169,7 +169,7 @@ int one_sided(const char* call, cordma_context* ctx, const cordma_remote* remote
         auto& c = checked_context(ctx);
         if (buffer == nullptr && len != 0)
             throw c_failure(EINVAL, std::string(buffer_name) + " is NULL");
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         std::shared_ptr<peer_state> p;
         cordma::remote_mr& region = grant_of(c, remote, offset, len, need, p);
         if (len == 0)
@@ -191,7 +191,7 @@ int cordma_grant(cordma_context* ctx, int peer, void* buf, size_t len, unsigned 
         if (access == 0 || (access & ~unsigned(CORDMA_ACCESS_READ | CORDMA_ACCESS_WRITE)) != 0)
             throw c_failure(EINVAL, "access is " + std::to_string(access) +
                                         "; it must be CORDMA_ACCESS_READ, CORDMA_ACCESS_WRITE or both");
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         auto p = peer_handle(c, peer);
         p->check_usable();
         return run_call(
@@ -202,7 +202,7 @@ int cordma_grant(cordma_context* ctx, int peer, void* buf, size_t len, unsigned 
 int cordma_revoke(cordma_context* ctx, void* buf) {
     return c_entry<int>("cordma_revoke", "", -1, [&] {
         auto& c = checked_context(ctx);
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         if (c.granted.find(buf) == c.granted.end())
             throw c_failure(EINVAL, "no grant of this buffer (cordma_grant it first; revoke names the buffer granted)");
         return run_call(c, [&] { return revoke_task(&c, buf); }, "the peers to be told");
@@ -214,7 +214,7 @@ int cordma_accept_grant(cordma_context* ctx, int peer, cordma_remote* remote) {
         auto& c = checked_context(ctx);
         if (remote == nullptr)
             throw c_failure(EINVAL, "remote is NULL: pass a cordma_remote to fill");
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         auto p = peer_handle(c, peer);
         p->check_usable();
         return run_call(
@@ -241,7 +241,7 @@ int cordma_grant_ended(cordma_context* ctx, const cordma_remote* remote) {
         auto& c = checked_context(ctx);
         if (remote == nullptr)
             throw c_failure(EINVAL, "remote is NULL");
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         auto p = peer_handle(c, remote->peer);
         return run_call(c, [&] { return grant_ended_task(p, remote->id); }, "the grant's state");
     });
@@ -252,7 +252,7 @@ int cordma_release(cordma_context* ctx, cordma_remote* remote) {
         auto& c = checked_context(ctx);
         if (remote == nullptr)
             throw c_failure(EINVAL, "remote is NULL");
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         auto p = peer_handle(c, remote->peer);
         int rc = run_call(c, [&] { return release_task(p, remote->id); }, "the release");
         remote->id = 0;

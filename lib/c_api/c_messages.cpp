@@ -65,7 +65,7 @@ int cordma_send(cordma_context* ctx, int peer, const void* data, size_t len) {
     return c_entry<int>("cordma_send", call_subject::of(ctx, peer), -1, [&] {
         auto& c = checked_context(ctx);
         check_buffer(data, len, "data");
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         auto p = peer_handle(c, peer);
         p->check_usable();
         return run_call(
@@ -78,7 +78,7 @@ ssize_t cordma_recv(cordma_context* ctx, int peer, void* data, size_t max_len) {
     return c_entry<ssize_t>("cordma_recv", call_subject::of(ctx, peer), -1, [&] {
         auto& c = checked_context(ctx);
         check_buffer(data, max_len, "data");
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         auto p = peer_handle(c, peer);
         p->check_usable();
         std::size_t got = run_call(
@@ -90,7 +90,7 @@ ssize_t cordma_recv(cordma_context* ctx, int peer, void* data, size_t max_len) {
 ssize_t cordma_peek(cordma_context* ctx, int peer) {
     return c_entry<ssize_t>("cordma_peek", call_subject::of(ctx, peer), -1, [&] {
         auto& c = checked_context(ctx);
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         auto p = peer_handle(c, peer);
         p->check_usable();
         std::size_t size = run_call(c, [&] { return peek_task(&c, p); }, [&] { return "a message from " + p->name; });
@@ -102,7 +102,7 @@ int cordma_broadcast(cordma_context* ctx, const void* data, size_t len) {
     return c_entry<int>("cordma_broadcast", "", -1, [&] {
         auto& c = checked_context(ctx);
         check_buffer(data, len, "data");
-        std::lock_guard lock(c.call_mutex);
+        auto lock = lock_call(c);
         return run_call(c, [&] { return broadcast_task(&c, data, len); }, "the peers to take the message");
     });
 }

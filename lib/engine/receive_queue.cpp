@@ -229,11 +229,6 @@ void receive_queue::next_operation::canceller::operator()() const noexcept {
 
 // ---- received_message ----------------------------------------------------
 
-received_message::received_message(received_message&& other) noexcept
-    : queue_(std::move(other.queue_)), slot_(std::exchange(other.slot_, nullptr)),
-      data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)),
-      imm_(std::exchange(other.imm_, std::nullopt)), qp_num_(other.qp_num_) {}
-
 received_message& received_message::operator=(received_message&& other) noexcept {
     if (this != &other) {
         release();
