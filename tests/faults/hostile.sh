@@ -206,7 +206,7 @@ stream-bad-hello 3 expect ^cordma::stream_listener::accept: refused $peer_re: it
 stream-wrong-module 3 expect ^cordma::stream_listener::accept: refused $peer_re: the peer is a cordma C API context, this side a cordma stream
 stream-window-zero 3 expect ^cordma::stream_listener::accept: refused $peer_re: its window of 0 frames is out of range
 stream-huge-window 3 expect ^cordma::stream_listener::accept: refused $peer_re: its window of 4096 frames is out of range
-stream-silent 3 stall ^cordma::stream_listener::accept: refused $peer_re: receive_queue::next from $peer_re: no message within 10000 ms
+stream-silent 3 stall ^cordma::stream_listener::accept: refused $peer_re: receive_queue::next from $peer_re: no message within 5000 ms
 stream-bad-frame 3 expect ^cordma::stream to $peer_re: stream peer $peer_re sent a frame without the link's magic number
 stream-unknown-op 3 expect ^cordma::stream to $peer_re: stream peer $peer_re sent a frame of unknown op 99
 stream-ack-beyond 3 expect ^cordma::stream to $peer_re: stream peer $peer_re acknowledged 1000 frames but only 0 were outstanding
@@ -235,6 +235,7 @@ while read -r name offset check regex; do
   ctl "mark $name"
   [ "$reply" = ok ] || fail "mark: $reply"
   echo "driver: scenario $name"
+  began=$EPOCHREALTIME
   exec {hostile}< <(exec timeout 45 "$peer" "$name" "$target_ip:$((base + offset))" 2>&1)
   hostile_pid=$!
   if [ "$check" = stall ]; then
@@ -246,7 +247,7 @@ while read -r name offset check regex; do
     done
     probe
     # Served while the half-open client still held on: the listener did
-    # not wait for it (it holds on for the server's 10 s connect_timeout).
+    # not wait for it (it holds on for the target's 5 s connect_timeout).
     kill -0 "$hostile_pid" 2>/dev/null || fail "the half-open client's hold ended before a new client was served: the listener waited for it"
   fi
   while read -r -t 60 -u "$hostile" line; do echo "  $line"; done
@@ -271,6 +272,7 @@ while read -r name offset check regex; do
       esac ;;
   esac
   client_alive
+  echo "  took $(awk -v a="$began" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s"
 done <<< "$scenarios"
 
 scenario="(end)"

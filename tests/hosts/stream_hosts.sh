@@ -5,7 +5,8 @@
 # both write BYTES of a checked pattern while reading the other's, in
 # random sizes (copied frames and zero-copy reads both run).
 #
-# Usage: stream_hosts.sh SOURCE_ROOT BUILD_DIR SCENARIO
+# Usage: stream_hosts.sh SOURCE_ROOT BUILD_DIR SCENARIO   (by hand; CI runs
+# the same stream in faults_mixed and storm_busy2, tests/meson.build says why)
 #   clean2   the link as it is, 128 MiB each way
 #   loss2    5% of the packets lost on each host's eth0 (`tc qdisc add dev
 #            eth0 root netem loss 5%`), 32 MiB each way (over 8,000 packets,

@@ -431,6 +431,10 @@ int listen_tcp(const std::string& ip, int port) {
 
 int serve(const std::string& ip, int base, const std::string& log) {
     builder b;
+    // A half-open client is dropped after 5 s, not the default 10: four
+    // scenarios hold a handshake open until the server gives up (20 s of
+    // CI less), and the probe served meanwhile takes 1-2.5 s.
+    b.connect_timeout(std::chrono::seconds(5));
     builder cm_builder = b;  // copies share one runtime: one device, PD, pool
     builder tcp_builder = b;
     tcp_builder.exchange(endpoint_exchange::tcp);
