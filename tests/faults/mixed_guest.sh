@@ -38,7 +38,7 @@ netem_of() {
 }
 
 phase() {  # NAME INDEX
-  local name=$1 base=$((7600 + 100 * $2)) netem starve="" busy="" logs
+  local name=$1 base=$((7600 + 100 * $2)) netem starve="" busy="" logs coll strm rpc flt
   netem=$(netem_of "$name")
   [ "$name" != starve ] || starve=4
   say "phase $name: ports $base-$((base + 99))"
@@ -55,7 +55,6 @@ phase() {  # NAME INDEX
   fi
   failures=0
   if [ "$RXE_VM_HOST" = 1 ]; then
-    local coll strm rpc flt
     examples/collectives --rank 0 --hosts $ranks --quiet --device rxe0 > "$logs/collectives" 2>&1 & coll=$!
     tests/stream_peer serve 10.78.0.1:$((base + 10)) "$STREAM_BYTES" > "$logs/stream" 2>&1 & strm=$!
     examples/rpc_server 10.78.0.1:$((base + 30)) --clients 1 > "$logs/rpc" 2>&1 & rpc=$!
@@ -81,7 +80,6 @@ phase() {  # NAME INDEX
       grep -q "continued every server" "$logs/fault" || { say "FAILED: the servers were never stopped and continued"; failures=$((failures + 1)); }
     fi
   else
-    local coll strm rpc flt
     examples/collectives --rank 1 --hosts $ranks --quiet --device rxe0 > "$logs/collectives" 2>&1 & coll=$!
     gate_wait 10.78.0.1 $gate 120
     tests/fault_peer traffic 10.78.0.1:$((base + 20)) --seconds "$SECONDS_OF_TRAFFIC" > "$logs/fault" 2>&1 & flt=$!
