@@ -77,12 +77,16 @@ R c_entry(const char* call, const Subject& subject, R on_error, F&& body) noexce
 /// and what the call waited for (`waiting_for`).
 [[noreturn]] void rethrow_call_failure(cordma_context& ctx, const std::string& waiting_for);
 
+/// A call with no way to finish at once: its task always runs.
+struct no_fast_path {};
+
 /// What a call's caller and its run on the listener share: on the
 /// caller's stack, for as long as the caller waits.
-template <class T, class Make>
+template <class T, class Make, class Fast>
 struct call_box {
     cordma_context* ctx;
     Make* make;
+    Fast* fast;
     int timeout_ms;
     bool last;
     std::optional<T> result{};
@@ -120,27 +124,55 @@ call_runner run_on_listener(Box* box) {
     box->done.set();
 }
 
+/// Starts a call on the listener: its fast path first, if it has one
+/// (`fast()` returns the result when the call can finish at once: no
+/// coroutine, no deadline armed, no clock read), else its task.
+template <class Box>
+void start_call(Box* box) {
+    if constexpr (!std::is_same_v<std::remove_const_t<std::remove_pointer_t<decltype(box->fast)>>, no_fast_path>) {
+        bool finished = false;
+        try {
+            if (auto now = (*box->fast)()) {
+                box->result.emplace(std::move(*now));
+                finished = true;
+            }
+        } catch (...) {
+            box->error = std::current_exception();
+            finished = true;
+        }
+        if (finished) {
+            box->finished.store(true, std::memory_order_release);
+            box->done.set();  // nothing of the box is touched after it
+            return;
+        }
+    }
+    run_on_listener(box);
+}
+
 /// Runs the task `make()` returns on the event listener thread as the
 /// context's call, under its deadline, and returns its result; rethrows
 /// its failure (a timeout as c_failure ETIMEDOUT saying what it waited
 /// for: `waiting_for`, as_text). `timeout_ms` -1 takes the context's (cordma_config.timeout_ms).
 /// `last`: the context's last call (cordma_destroy), after which nothing
 /// of the context may run on the listener (its watch stops for good).
-template <class Make, class Waiting>
-auto run_call(cordma_context& ctx, Make make, const Waiting& waiting_for, int timeout_ms = -1, bool last = false) {
+/// `fast`, if given, runs first on the listener: a std::optional<T> with
+/// the result when the call finishes at once (start_call).
+template <class Make, class Waiting, class Fast = const no_fast_path>
+auto run_call(cordma_context& ctx, Make make, const Waiting& waiting_for, int timeout_ms = -1, bool last = false,
+              Fast* fast = nullptr) {
     using T = typename std::invoke_result_t<Make&>::value_type;
-    using box_type = call_box<T, Make>;
-    box_type box{&ctx, &make, timeout_ms >= 0 ? timeout_ms : ctx.config.timeout_ms, last};
+    using box_type = call_box<T, Make, Fast>;
+    box_type box{&ctx, &make, fast, timeout_ms >= 0 ? timeout_ms : ctx.config.timeout_ms, last};
     // Busy and yielding polling: this thread runs the listener's loop
     // while it waits (event_listener_drive.cpp), so the call starts and
     // ends here, with no thread switch. Otherwise, or when another thread
     // drives the loop, the call is posted to it and this thread sleeps.
     event_listener& el = *ctx.listener_thread;
     auto driven = event_listener_access::drive(
-        el, [](void* b) { run_on_listener(static_cast<box_type*>(b)); }, &box, box.finished);
+        el, [](void* b) { start_call(static_cast<box_type*>(b)); }, &box, box.finished);
     if (driven != event_listener_access::drive_result::done) {
         if (driven == event_listener_access::drive_result::not_taken)
-            el.post([b = &box] { run_on_listener(b); });
+            el.post([b = &box] { start_call(b); });
         box.done.wait();
         event_listener_access::end_wait(el);
     }

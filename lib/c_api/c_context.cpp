@@ -24,7 +24,9 @@
 namespace cordma::detail::c_api {
 
 namespace wire = link_wire;
-using clock = std::chrono::steady_clock;
+// Calls read the clock once each: the coarse one, a few nanoseconds where
+// a precise read costs a microsecond (core/coarse_clock.hpp).
+using clock = coarse_clock;
 
 namespace {
 
@@ -97,12 +99,13 @@ int port_of(const std::string& endpoint) {
 void probe_peers(cordma_context& ctx, call_state& st, clock::time_point now) {
     bool starved = now - st.last_tick > 3 * tick_interval;
     st.last_tick = now;
+    auto precise = std::chrono::steady_clock::now();  // the links' clock; once a tick
     for (auto& p : ctx.peers) {
         if (!p->usable || !p->link)
             continue;
         if (starved)
-            p->link->excuse_silence(now);
-        p->link->probe(now, std::chrono::milliseconds(ctx.config.peer_timeout_ms));
+            p->link->excuse_silence(precise);
+        p->link->probe(precise, std::chrono::milliseconds(ctx.config.peer_timeout_ms));
     }
 }
 
@@ -309,14 +312,24 @@ void peer_state::fail_out_of_step(const std::string& call) {
          index, true);
 }
 
-peer_state& peer_at(cordma_context& ctx, int peer) {
-    std::lock_guard lock(ctx.peers_mutex);
+namespace {
+
+/// Peer `peer` of `ctx`, or c_failure EINVAL saying which peers there
+/// are. Under ctx.peers_mutex.
+const std::shared_ptr<peer_state>& peer_slot(cordma_context& ctx, int peer) {
     if (peer < 0 || static_cast<std::size_t>(peer) >= ctx.peers.size()) {
         std::string have = ctx.peers.empty() ? "this context has no peers yet (cordma_connect or cordma_accept first)"
                                              : "this context's peers are 0 to " + std::to_string(ctx.peers.size() - 1);
         throw c_failure(EINVAL, "no peer " + std::to_string(peer) + ": " + have);
     }
-    return *ctx.peers[static_cast<std::size_t>(peer)];
+    return ctx.peers[static_cast<std::size_t>(peer)];
+}
+
+}  // namespace
+
+peer_state& peer_at(cordma_context& ctx, int peer) {
+    std::lock_guard lock(ctx.peers_mutex);
+    return *peer_slot(ctx, peer);
 }
 
 cordma_context& checked_context(cordma_context* ctx) {
@@ -335,9 +348,8 @@ std::unique_lock<std::mutex> lock_call(cordma_context& ctx) {
 }
 
 std::shared_ptr<peer_state> peer_handle(cordma_context& ctx, int peer) {
-    peer_at(ctx, peer);  // checks the number
     std::lock_guard lock(ctx.peers_mutex);
-    return ctx.peers[static_cast<std::size_t>(peer)];
+    return peer_slot(ctx, peer);
 }
 
 std::vector<std::shared_ptr<peer_state>> connected_peers(cordma_context& ctx) {
@@ -373,7 +385,9 @@ void arm_call(cordma_context& ctx, int timeout_ms) {
     // now, as its deadline is timeout_ms from now.
     auto now = clock::now();
     st.last_tick = now;
-    st.deadline = now + std::chrono::milliseconds(timeout_ms);
+    // The coarse clock may lag the precise one by its resolution: a
+    // deadline that long later never passes early.
+    st.deadline = now + std::chrono::milliseconds(timeout_ms) + clock::resolution();
     auto next = next_wake(st);
     // A watch still pending from an earlier call serves if it fires no
     // later than this call needs; only a sooner deadline arms another.

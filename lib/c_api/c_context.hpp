@@ -30,6 +30,7 @@
 #include <cordma/remote_mr.hpp>
 #include <cordma/task.hpp>
 
+#include "core/coarse_clock.hpp"
 #include "link/link_wire.hpp"
 #include "link/peer_link.hpp"
 
@@ -95,12 +96,12 @@ struct call_state {
     bool active = false;
     int timeout_ms = 0;  // 0: none
     bool timed_out = false;
-    std::chrono::steady_clock::time_point deadline{};
-    std::chrono::steady_clock::time_point last_tick{};
+    coarse_clock::time_point deadline{};
+    coarse_clock::time_point last_tick{};
     /// A fresh one only after a call was stopped (a deadline).
     std::stop_source stop;
     std::shared_ptr<event_listener::timer> watch;
-    std::chrono::steady_clock::time_point watch_at{};
+    coarse_clock::time_point watch_at{};
 };
 
 class arrivals;

@@ -100,32 +100,58 @@ task<inbound_frame> next_frame(std::shared_ptr<peer_state> p, std::stop_token to
 
 }  // namespace
 
-task<std::size_t> take_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffer* buf, std::size_t offset,
-                             std::size_t max_len, bool exact, std::stop_token token, const char* call) {
-    inbound_frame f = co_await next_frame(p, token);
+void check_frame(peer_state& p, inbound_frame& f, frame_kind kind, std::size_t max_len, bool exact,
+                 const char* call) {
     const wire::header& h = f.header;
     frame_kind got{h.op, h.extra};
     int errnum = 0;
     std::string why;
     if (got.op != kind.op || got.extra != kind.extra) {
         errnum = EPROTO;
-        why = "the next thing " + p->name + " sent is " + describe_kind(got) + ", but this side called " + call +
+        why = "the next thing " + p.name + " sent is " + describe_kind(got) + ", but this side called " + call +
               ": make the matching call (nothing was lost)";
     } else if (exact && h.size != max_len) {
         errnum = EPROTO;
-        why = p->name + " sent " + std::to_string(h.size) + " bytes for " + describe_kind(got) +
+        why = p.name + " sent " + std::to_string(h.size) + " bytes for " + describe_kind(got) +
               ", this side's msg_size is " + std::to_string(max_len) + ": every peer must use the same msg_size";
     } else if (h.size > max_len) {
         errnum = EMSGSIZE;
-        why = "the next message from " + p->name + " is " + std::to_string(h.size) + " bytes, more than max_len " +
+        why = "the next message from " + p.name + " is " + std::to_string(h.size) + " bytes, more than max_len " +
               std::to_string(max_len) +
               ": call again with a buffer that large (cordma_peek tells the size); the message is kept";
     }
     if (errnum != 0)
-        hold_and_throw(*p, std::move(f), errnum, why);
-    auto size = static_cast<std::size_t>(h.size);
+        hold_and_throw(p, std::move(f), errnum, why);
+}
+
+std::optional<std::size_t> land_now(peer_state& p, inbound_frame& f, std::byte* into) {
+    if (f.header.type != wire::frame::data) {
+        p.held.emplace(std::move(f));  // read by the task that follows
+        return std::nullopt;
+    }
+    auto size = static_cast<std::size_t>(f.header.size);
+    if (size != 0)
+        std::memcpy(into, f.message.data() + wire::header_size, size);
+    p.link->finish(f);
+    return size;
+}
+
+std::optional<inbound_frame> waiting_frame(peer_state& p) {
+    if (p.held) {
+        std::optional<inbound_frame> f(std::move(p.held));
+        p.held.reset();
+        return f;
+    }
+    return p.link->try_take_any();
+}
+
+task<std::size_t> take_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffer* buf, std::size_t offset,
+                             std::size_t max_len, bool exact, std::stop_token token, const char* call) {
+    inbound_frame f = co_await next_frame(p, token);
+    check_frame(*p, f, kind, max_len, exact, call);
+    auto size = static_cast<std::size_t>(f.header.size);
     std::shared_ptr<peer_link> link = p->link;
-    if (h.type == wire::frame::data) {
+    if (f.header.type == wire::frame::data) {
         if (size != 0)
             std::memcpy(buf->data() + offset, f.message.data() + wire::header_size, size);
     } else {

@@ -79,6 +79,19 @@ task<void> send_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffe
 task<std::size_t> take_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffer* buf, std::size_t offset,
                              std::size_t max_len, bool exact, std::stop_token token, const char* call);
 
+/// Throws c_failure if `f` is not a frame of `kind` that fits `max_len`
+/// (exactly, if `exact`), holding `f` for the next call (see take_frame).
+void check_frame(peer_state& p, inbound_frame& f, frame_kind kind, std::size_t max_len, bool exact, const char* call);
+
+/// `p`'s frame waiting to be taken (held, or arrived), if there is one,
+/// with no coroutine: the fast path of a receive. Event listener thread.
+std::optional<inbound_frame> waiting_frame(peer_state& p);
+
+/// Lands a checked frame at `into` and finishes it when its bytes came
+/// with it (a data frame): its size. An rts frame, whose bytes must be
+/// read, is held (nothing is returned) for a task to take and fetch.
+std::optional<std::size_t> land_now(peer_state& p, inbound_frame& f, std::byte* into);
+
 /// `p`'s next frame's kind and size, without taking it (it is held).
 task<std::pair<frame_kind, std::size_t>> peek_frame(std::shared_ptr<peer_state> p, std::stop_token token);
 

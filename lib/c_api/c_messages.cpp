@@ -2,6 +2,7 @@
 // cordma_broadcast (a send to every connected peer at once).
 #include <cerrno>
 #include <functional>
+#include <optional>
 #include <stop_token>
 
 #include <cordma/cordma.h>
@@ -11,6 +12,8 @@
 #include "c_api/c_frames.hpp"
 
 using namespace cordma::detail::c_api;
+using cordma::detail::inbound_frame;
+using cordma::detail::peer_link;
 namespace wire = cordma::detail::link_wire;
 
 namespace {
@@ -29,10 +32,48 @@ cordma::task<int> send_task(cordma_context* ctx, std::shared_ptr<peer_state> p, 
     co_return 0;
 }
 
+/// cordma_send with no coroutine, when the message goes at once: it fits
+/// the peer's receives and a credit and a slot are free (the common case
+/// of a small message). Nothing otherwise: send_task waits for them.
+std::optional<int> send_now(peer_state& p, const void* data, std::size_t len) {
+    p.check_usable();
+    peer_link& link = *p.link;
+    if (link.lost() || len > link.inline_room() || !link.can_send_now())
+        return std::nullopt;
+    wire::header h;
+    h.op = message_kind.op;
+    h.extra = message_kind.extra;
+    h.seq = ++p.next_seq;
+    link.send_inline_now(h, {static_cast<const std::byte*>(data), len});
+    return 0;
+}
+
+/// cordma_recv with no coroutine, when a message is already there and its
+/// bytes came with it. Nothing otherwise: recv_task waits for it or reads
+/// it.
+std::optional<std::size_t> recv_now(peer_state& p, void* data, std::size_t max_len) {
+    p.check_usable();
+    std::optional<inbound_frame> f = waiting_frame(p);
+    if (!f)
+        return std::nullopt;
+    check_frame(p, *f, message_kind, max_len, false, "cordma_recv");
+    return land_now(p, *f, static_cast<std::byte*>(data));
+}
+
+/// After recv_now found nothing to land: waits for the next frame (one
+/// coroutine below this one, the inbox's), or reads the held rts.
 cordma::task<std::size_t> recv_task(cordma_context* ctx, std::shared_ptr<peer_state> p, void* data,
                                     std::size_t max_len) {
-    user_buffer buf(ctx->builder.pd(), data, max_len, cordma::access_flags::local_write, false);
     std::stop_token token = call_token(*ctx);
+    if (!p->held) {
+        std::optional<inbound_frame> f = co_await p->link->take_any(token);
+        if (!f)
+            p->link->throw_gone();
+        check_frame(*p, *f, message_kind, max_len, false, "cordma_recv");
+        if (std::optional<std::size_t> got = land_now(*p, *f, static_cast<std::byte*>(data)))
+            co_return *got;
+    }
+    user_buffer buf(ctx->builder.pd(), data, max_len, cordma::access_flags::local_write, false);
     std::size_t got = co_await take_frame(p, message_kind, &buf, 0, max_len, false, token, "cordma_recv");
     co_return got;
 }
@@ -68,9 +109,10 @@ int cordma_send(cordma_context* ctx, int peer, const void* data, size_t len) {
         auto lock = lock_call(c);
         auto p = peer_handle(c, peer);
         p->check_usable();
+        auto now = [&] { return send_now(*p, data, len); };
         return run_call(
             c, [&] { return send_task(&c, p, data, len); },
-            [&] { return "room in " + p->name + "'s window, or its read"; });
+            [&] { return "room in " + p->name + "'s window, or its read"; }, -1, false, &now);
     });
 }
 
@@ -81,8 +123,10 @@ ssize_t cordma_recv(cordma_context* ctx, int peer, void* data, size_t max_len) {
         auto lock = lock_call(c);
         auto p = peer_handle(c, peer);
         p->check_usable();
+        auto now = [&] { return recv_now(*p, data, max_len); };
         std::size_t got = run_call(
-            c, [&] { return recv_task(&c, p, data, max_len); }, [&] { return "a message from " + p->name; });
+            c, [&] { return recv_task(&c, p, data, max_len); }, [&] { return "a message from " + p->name; }, -1,
+            false, &now);
         return static_cast<ssize_t>(got);
     });
 }

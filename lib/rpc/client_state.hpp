@@ -11,7 +11,6 @@
 
 #include <cordma/rpc.hpp>
 
-#include <time.h>
 
 #include <chrono>
 #include <coroutine>
@@ -26,6 +25,7 @@
 
 #include <cordma/receive_queue.hpp>
 
+#include "core/coarse_clock.hpp"
 #include "link/elastic_receives.hpp"
 #include "rpc/frame_buffers.hpp"
 #include "rpc/rpc_wire.hpp"
@@ -39,32 +39,7 @@ namespace wire = cordma::detail::rpc_wire;
 inline constexpr std::chrono::seconds liveness_interval{1};
 inline constexpr std::chrono::milliseconds liveness_timeout{3000};
 
-/// The clock of call deadlines: CLOCK_MONOTONIC_COARSE. Deadlines need
-/// milliseconds, and every call reads the clock once: a precise read costs
-/// about a microsecond where the clock source is slow (HPET in a VM: 1.16
-/// us, measured by bench/rpc), a coarse one a few nanoseconds anywhere.
-struct coarse_clock {
-    using duration = std::chrono::nanoseconds;
-    using rep = duration::rep;
-    using period = duration::period;
-    using time_point = std::chrono::time_point<coarse_clock>;
-    static constexpr bool is_steady = true;
-    static time_point now() noexcept {
-        timespec ts{};
-        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-        return time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
-    }
-    /// How far behind the precise clock it may be: added to every deadline,
-    /// so none passes early.
-    static duration resolution() noexcept {
-        static const duration r = [] {
-            timespec ts{};
-            clock_getres(CLOCK_MONOTONIC_COARSE, &ts);
-            return duration(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
-        }();
-        return r;
-    }
-};
+using cordma::detail::coarse_clock;
 
 /// A call from its start to its answer; lives in the calling coroutine's frame.
 struct pending_call {
