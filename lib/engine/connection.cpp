@@ -39,9 +39,9 @@ bool start_operation(operation_base* op, const std::stop_token* stop) {
     keep->event_listener()->post([keep, op, stop] {
         if (stop != nullptr && stop->stop_requested()) {
             cancel_before_start(op);
-            op->continuation.resume();
+            op->wake();
         } else if (!keep->start(op)) {
-            op->continuation.resume();
+            op->wake();
         }
     });
     return true;

@@ -33,7 +33,7 @@ void connection_state::cancel(operation_base* op, std::uint64_t ticket) noexcept
             if (w == op && w->ticket == ticket) {
                 unlink(op);
                 fail(op, std::make_exception_ptr(operation_cancelled(to_string(op->kind), peer_)));
-                op->continuation.resume();
+                op->wake();
                 return;
             }
     for (auto* slots : {&send_slots_, &recv_slots_})
@@ -55,7 +55,7 @@ void connection_state::cancel(operation_base* op, std::uint64_t ticket) noexcept
                 // waited longer than whatever the cancelled coroutine does next.
                 if (receive)
                     promote_waiters(true);
-                op->continuation.resume();
+                op->wake();
                 return;
             }
 }

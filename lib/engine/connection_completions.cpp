@@ -110,7 +110,7 @@ void connection_state::complete(work_slot* slot, const ibv_wc& wc) noexcept {
     std::shared_ptr<connection_state> keep = --outstanding_ == 0 ? std::move(self_while_busy_) : nullptr;
     promote_waiters(slot->receive);
     if (op != nullptr)
-        op->continuation.resume();
+        op->wake();
 }
 
 void connection_state::remove_posted(work_slot* slot) noexcept {

@@ -265,7 +265,7 @@ void connection_state::fail_unposted(work_slot* first, std::exception_ptr error)
         }
         promote_waiters(false);
         if (op != nullptr)
-            op->continuation.resume();
+            op->wake();
         s = next;
     }
 }
@@ -281,7 +281,7 @@ void connection_state::promote_waiters(bool receive) noexcept {
         operation_base* op = head;
         unlink(op);
         if (!start(op))
-            op->continuation.resume();
+            op->wake();
     }
 }
 

@@ -133,7 +133,7 @@ void connection_state::fail_waiters() noexcept {
         operation_base* op = send_waiters_head_ ? send_waiters_head_ : recv_waiters_head_;
         unlink(op);
         fail(op, std::make_exception_ptr(disconnected_error(to_string(op->kind), peer_, broken_reason_)));
-        op->continuation.resume();
+        op->wake();
     }
 }
 

@@ -329,6 +329,17 @@ private:
     /// Posts a frame from slot `slot` (header already encoded, `length`
     /// bytes in all) without waiting for its completion; frees the slot then.
     void post_slot(std::size_t slot, std::size_t length);
+    /// A frame's send, posted and not yet completed: the engine's operation
+    /// with no coroutine awaiting it (on_done is frame_sent), reused from
+    /// frame to frame, so a frame costs no coroutine frame, no spawn and
+    /// no reference count.
+    struct frame_send : operation_base {
+        peer_link* link = nullptr;
+        std::size_t send_slot = 0;  // the link's slot it carries
+    };
+    /// A frame_send's completion: frees its slot, and says so if the send
+    /// failed (the connection broke).
+    static void frame_sent(operation_base* op) noexcept;
     /// A free send slot (data and rts frames): waits while every slot holds
     /// a frame whose send has not completed yet. That happens on a lossy
     /// link: the peer's frames can return credit (it handled ours) before
@@ -420,6 +431,9 @@ private:
     std::uint32_t acked_sent_ = 0;   // the last `acked` this side sent
     std::shared_ptr<waiter_queue<bool>> idle_;
     std::size_t in_flight_ = 0;      // frames posted, not yet completed
+    std::deque<frame_send> frame_sends_;  // every one made (addresses stay put)
+    std::vector<frame_send*> idle_sends_;  // those not in flight
+    std::shared_ptr<peer_link> self_while_sending_;  // while in_flight_ > 0
     bool drain_waiting_ = false;
     std::string gone_reason_;        // why the connection went, once it has
     bool lost_ = false;

@@ -9,7 +9,8 @@
 #include <utility>
 
 #include <cordma/error.hpp>
-#include <cordma/task_group.hpp>
+
+#include "engine/connection_state.hpp"
 
 namespace cordma::detail {
 
@@ -51,35 +52,80 @@ std::size_t peer_link::take_slot() {
 }
 
 void peer_link::post_slot(std::size_t slot, std::size_t length) {
-    ++in_flight_;
+    frame_send* s;
+    if (idle_sends_.empty()) {
+        s = &frame_sends_.emplace_back();
+        s->link = this;
+        idle_sends_.reserve(frame_sends_.size());  // frame_sent's push_back never allocates
+    } else {
+        s = idle_sends_.back();
+        idle_sends_.pop_back();
+    }
+    // The link stays while its frames are in flight, as their coroutines
+    // kept it before.
+    if (in_flight_++ == 0)
+        self_while_sending_ = shared_from_this();
     ++next_frame_;
-    spawn_detached(
-        [](std::shared_ptr<peer_link> self, std::size_t slot, std::size_t length) -> task<void> {
-            std::exception_ptr error;
+    static_cast<operation_base&>(*s) = operation_base{};  // as fresh as an awaited one
+    s->send_slot = slot;
+    s->on_done = &peer_link::frame_sent;
+    try {
+        const local_mr& region = slot < small_slot_count_ ? small_slots_ : big_slots_;
+        s->connection = connection_access::state(conn_).get();
+        if (s->connection == nullptr)
+            throw std::logic_error("cordma: " + name_ + ": the link's connection is gone (internal error)");
+        s->kind = op_kind::send;
+        s->local[0] = region.slice(static_cast<std::size_t>(slot_data(slot) - region.data()), length);
+        s->sge_count = 1;
+        if (!start_operation(s, nullptr))
+            s->wake();  // failed before it was posted
+    } catch (...) {
+        s->error = std::current_exception();
+        s->done = true;
+        s->wake();
+    }
+}
+
+void peer_link::frame_sent(operation_base* op) noexcept {
+    auto* s = static_cast<frame_send*>(op);
+    peer_link* self = s->link;
+    std::size_t slot = s->send_slot;
+    std::string failure;
+    bool failed = s->error || s->status != IBV_WC_SUCCESS;
+    if (failed) {
+        try {
+            s->rethrow_if_failed();
+            failure = "a frame's send failed";
+        } catch (const std::exception& e) {
+            failure = e.what();
+        } catch (...) {
+            failure = "a frame's send failed";
+        }
+    }
+    s->error = nullptr;
+    s->local[0] = local_slice{};  // pins no region while idle
+    self->idle_sends_.push_back(s);  // reserved: no allocation
+    // Nothing of `s` is touched from here: slot_done may post it again.
+    try {
+        self->slot_done(slot);
+        // A failed send means the connection broke. The receives may not
+        // flush at once (rxe flushes them only when its responder next
+        // runs), so do not wait for the dispatcher to see it (send_failed:
+        // sends fail now, takes after a grace period).
+        if (failed)
+            self->send_failed(failure);
+    } catch (...) {  // nothing to tell: the link's waits see the failure
+    }
+    if (--self->in_flight_ == 0) {
+        std::shared_ptr<peer_link> keep = std::move(self->self_while_sending_);  // may be the last handle
+        if (self->drain_waiting_) {
+            self->drain_waiting_ = false;
             try {
-                const local_mr& region = slot < self->small_slot_count_ ? self->small_slots_ : self->big_slots_;
-                co_await self->conn_.send(region.slice(self->slot_data(slot) - region.data(), length));
-            } catch (...) {
-                error = std::current_exception();
-            }
-            self->slot_done(slot);
-            // A failed send means the connection broke. The receives may
-            // not flush at once (rxe flushes them only when its responder
-            // next runs), so do not wait for the dispatcher to see it
-            // (send_failed: sends fail now, takes after a grace period).
-            if (error) {
-                try {
-                    std::rethrow_exception(error);
-                } catch (const std::exception& e) {
-                    self->send_failed(e.what());
-                }
-            }
-            if (--self->in_flight_ == 0 && self->drain_waiting_) {
-                self->drain_waiting_ = false;
                 self->idle_->push(true);
+            } catch (...) {
             }
-        }(shared_from_this(), slot, length),
-        [](std::exception_ptr) {});
+        }
+    }
 }
 
 void peer_link::slot_done(std::size_t slot) {

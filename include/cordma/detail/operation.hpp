@@ -57,6 +57,10 @@ struct CORDMA_API operation_base {
     std::uint64_t swap = 0;
 
     std::coroutine_handle<> continuation;
+    /// Called instead of resuming `continuation` when set: for an
+    /// operation no coroutine awaits (a link's frame, sent and forgotten:
+    /// no coroutine frame per frame). Nothing of `op` is touched after it.
+    void (*on_done)(operation_base* op) noexcept = nullptr;
     work_slot* slot = nullptr;
     operation_base* next_waiting = nullptr;
     operation_base* prev_waiting = nullptr;
@@ -75,6 +79,14 @@ struct CORDMA_API operation_base {
 
     /// Throws the operation's error, if it failed.
     void rethrow_if_failed() const;
+    /// The operation has its outcome: resumes its coroutine, or calls
+    /// on_done. The last thing its connection does with it.
+    void wake() {
+        if (on_done != nullptr)
+            on_done(this);
+        else
+            continuation.resume();
+    }
 };
 
 }  // namespace cordma::detail
