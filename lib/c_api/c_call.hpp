@@ -22,6 +22,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -91,11 +92,26 @@ struct call_box {
     bool last;
     std::optional<T> result{};
     std::exception_ptr error{};
+    /// The calling thread: a call that ends there ends inside its drive(),
+    /// which sees `finished`, so `done` is not set (no lock, no wake-up).
+    std::thread::id caller = std::this_thread::get_id();
     /// Set as the call ends, before `done`: what a caller driving the
     /// loop itself looks at between turns.
     std::atomic<bool> finished{false};
     sync_wait_event done{};
 };
+
+/// Ends a call whose result or error is in `box`: sets `finished`, and
+/// wakes the caller if it may be waiting (it is not when the call ends on
+/// its own thread: then it is driving the loop). Nothing of the box is
+/// touched after `finished` is set unless the caller waits for `done`.
+template <class Box>
+void end_call(Box* box) noexcept {
+    bool wake = box->caller != std::this_thread::get_id();
+    box->finished.store(true, std::memory_order_release);
+    if (wake)
+        box->done.set();
+}
 
 /// The coroutine that runs a call on the listener: starts at once, frees
 /// its own frame when it ends.
@@ -118,10 +134,7 @@ call_runner run_on_listener(Box* box) {
         box->error = std::current_exception();
     }
     disarm_call(*box->ctx, box->last);
-    box->finished.store(true, std::memory_order_release);
-    // The caller may return, and its box go, as soon as this is set:
-    // nothing of the box is touched after it.
-    box->done.set();
+    end_call(box);
 }
 
 /// Starts a call on the listener: its fast path first, if it has one
@@ -141,8 +154,7 @@ void start_call(Box* box) {
             finished = true;
         }
         if (finished) {
-            box->finished.store(true, std::memory_order_release);
-            box->done.set();  // nothing of the box is touched after it
+            end_call(box);
             return;
         }
     }
