@@ -142,7 +142,7 @@ call_runner run_on_listener(Box* box) {
 /// coroutine, no deadline armed, no clock read), else its task.
 template <class Box>
 void start_call(Box* box) {
-    if constexpr (!std::is_same_v<std::remove_const_t<std::remove_pointer_t<decltype(box->fast)>>, no_fast_path>) {
+    if constexpr (!std::is_same_v<decltype(box->fast), no_fast_path*>) {
         bool finished = false;
         try {
             if (auto now = (*box->fast)()) {
@@ -169,7 +169,7 @@ void start_call(Box* box) {
 /// of the context may run on the listener (its watch stops for good).
 /// `fast`, if given, runs first on the listener: a std::optional<T> with
 /// the result when the call finishes at once (start_call).
-template <class Make, class Waiting, class Fast = const no_fast_path>
+template <class Make, class Waiting, class Fast = no_fast_path>
 auto run_call(cordma_context& ctx, Make make, const Waiting& waiting_for, int timeout_ms = -1, bool last = false,
               Fast* fast = nullptr) {
     using T = typename std::invoke_result_t<Make&>::value_type;

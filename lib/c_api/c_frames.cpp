@@ -47,13 +47,18 @@ std::string peer_state::op_name(link_wire::op o) const {
     return wire::name(o);
 }
 
-task<void> send_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffer* buf, std::size_t offset,
-                      std::size_t length, std::stop_token token, const char* call) {
-    p->check_usable();
+wire::header next_header(peer_state& p, frame_kind kind) noexcept {
     wire::header h;
     h.op = kind.op;
     h.extra = kind.extra;
-    h.seq = ++p->next_seq;
+    h.seq = ++p.next_seq;
+    return h;
+}
+
+task<void> send_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffer* buf, std::size_t offset,
+                      std::size_t length, std::stop_token token, const char* call) {
+    p->check_usable();
+    wire::header h = next_header(*p, kind);
     std::shared_ptr<peer_link> link = p->link;
     std::uint32_t before = link->frames_sent();
     bool cancelled = false;
@@ -88,11 +93,8 @@ namespace {
 
 task<inbound_frame> next_frame(std::shared_ptr<peer_state> p, std::stop_token token) {
     p->check_usable();
-    if (p->held) {
-        inbound_frame f = std::move(*p->held);
-        p->held.reset();
-        co_return f;
-    }
+    if (std::optional<inbound_frame> waiting = waiting_frame(*p))
+        co_return std::move(*waiting);
     std::shared_ptr<peer_link> link = p->link;
     inbound_frame f = co_await link->take(expected_frame{}, token);
     co_return f;
@@ -149,15 +151,12 @@ task<std::size_t> take_frame(std::shared_ptr<peer_state> p, frame_kind kind, use
                              std::size_t max_len, bool exact, std::stop_token token, const char* call) {
     inbound_frame f = co_await next_frame(p, token);
     check_frame(*p, f, kind, max_len, exact, call);
+    if (f.header.type == wire::frame::data)
+        co_return *land_now(*p, f, buf->data() + offset);
     auto size = static_cast<std::size_t>(f.header.size);
     std::shared_ptr<peer_link> link = p->link;
-    if (f.header.type == wire::frame::data) {
-        if (size != 0)
-            std::memcpy(buf->data() + offset, f.message.data() + wire::header_size, size);
-    } else {
-        local_slice into = buf->registered(offset, size);
-        co_await link->fetch(f, into);
-    }
+    local_slice into = buf->registered(offset, size);
+    co_await link->fetch(f, into);
     link->finish(f);
     co_return size;
 }

@@ -67,6 +67,9 @@ struct frame_kind {
 /// "a message (cordma_send)", "its cordma_alltoall", ...
 std::string describe_kind(frame_kind kind);
 
+/// The header of this side's next frame of `kind` to `p` (its seq counted).
+link_wire::header next_header(peer_state& p, frame_kind kind) noexcept;
+
 /// Sends buf[offset, offset + length) to `p` as a frame of `kind`. A
 /// deadline that stops it after the frame left fails the peer (out of step).
 task<void> send_frame(std::shared_ptr<peer_state> p, frame_kind kind, user_buffer* buf, std::size_t offset,

@@ -40,11 +40,7 @@ std::optional<int> send_now(peer_state& p, const void* data, std::size_t len) {
     peer_link& link = *p.link;
     if (link.lost() || len > link.inline_room() || !link.can_send_now())
         return std::nullopt;
-    wire::header h;
-    h.op = message_kind.op;
-    h.extra = message_kind.extra;
-    h.seq = ++p.next_seq;
-    link.send_inline_now(h, {static_cast<const std::byte*>(data), len});
+    link.send_inline_now(next_header(p, message_kind), {static_cast<const std::byte*>(data), len});
     return 0;
 }
 

@@ -11,7 +11,6 @@
 
 #include <cordma/rpc.hpp>
 
-
 #include <chrono>
 #include <coroutine>
 #include <deque>
