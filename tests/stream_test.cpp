@@ -128,6 +128,12 @@ TEST_CASE("a stream carries every byte in order, whatever the read and write siz
     WARN("256 MiB through a stream in " << seconds << " s");
     CHECK(got == total);
     CHECK(wrong == 0);
+    // Reads from register_size up went into one buffer: registered once
+    // (or a few times, as the reads grew), found again after that.
+    registration_cache_stats cache = b.registration_stats();
+    INFO("hits " << cache.hits << ", misses " << cache.misses << ", not kept " << cache.not_kept);
+    CHECK(cache.hits > 10 * cache.misses);
+    CHECK(cache.not_kept == 0);
 }
 
 TEST_CASE("a stream's 64 B write and read, answered, allocate nothing in steady state", "[stream][allocation]") {

@@ -163,6 +163,17 @@ struct CORDMA_API connection_settings {
     /// made (the first connect, listen or pool()), in whole chunks, so the
     /// first allocations do not register; 0 (the default): as needed.
     std::size_t pool_initial_size = 0;
+    /// The most bytes of registrations of the caller's own buffers kept
+    /// for the next call that names the same memory (builder::
+    /// local_registration, and what the modules register for their own
+    /// reads: a stream read from register_size up, an rpc response read,
+    /// a C receive). Never more than a quarter of the locked-memory limit
+    /// (RLIMIT_MEMLOCK) when that is not unlimited; 0: nothing is kept.
+    /// A kept registration is dropped when its memory leaves the address
+    /// space (munmap, free, madvise), seen through the kernel's
+    /// userfaultfd; where there is none, nothing is kept
+    /// (builder::registration_stats() says why).
+    std::size_t registration_cache_size = 256 << 20;
     /// The shared receive queue the data QPs receive through (builder::
     /// shared_receives); null: each connection has its own receives
     /// (capacity.max_recv_wr of them).
@@ -303,6 +314,26 @@ public:
     /// pool_initial_size; default 0, as needed). Throws std::logic_error
     /// once the pool exists.
     builder& pool_initial_size(std::size_t bytes);
+    /// The most bytes of registrations kept for reuse (connection_settings::
+    /// registration_cache_size; default 256 MiB; 0: none). Throws
+    /// std::logic_error once the builder's shared pieces exist (after the
+    /// first connect, listen, pool() or local_registration()).
+    builder& registration_cache_size(std::size_t bytes);
+
+    /// `buffer` registered for this side's own work requests: the target
+    /// of a read or a recv, the source of a write or a send (local access:
+    /// no peer gets a key to it). A registration kept from an earlier call
+    /// that covers the buffer is reused, so registering the same buffer
+    /// again costs a lookup, not an ibv_reg_mr; it is dropped when its
+    /// memory is unmapped or freed (see connection_settings::
+    /// registration_cache_size). The caller keeps the memory valid while
+    /// the slice, its copies or an operation naming them live. Throws
+    /// std::invalid_argument for an empty buffer, verbs_error as
+    /// register_local_mr does.
+    local_slice local_registration(std::span<std::byte> buffer);
+    /// What the cache behind local_registration has done (hits, misses,
+    /// bytes kept; why it keeps nothing, if it does not).
+    registration_cache_stats registration_stats();
 
     /// Every setting as it stands now.
     const connection_settings& settings() const noexcept { return settings_; }

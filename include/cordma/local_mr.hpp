@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <cordma/access.hpp>
@@ -152,6 +153,40 @@ private:
 /// them are gone.
 CORDMA_API local_mr register_local_mr(std::shared_ptr<protection_domain> pd, void* data, std::size_t size,
                            access_flags access);
+
+/// What a builder's cache of registrations has done (builder::
+/// registration_cache_size; builder::registration_cache_stats()). The
+/// cache keeps registrations of the caller's own buffers that only this
+/// side's work requests use (a large stream read's target, an rpc
+/// call_into's response buffer, a C receive's buffer), so that reading
+/// into the same buffer again does not register it again.
+struct registration_cache_stats {
+    /// Lookups a kept registration served.
+    std::uint64_t hits = 0;
+    /// Lookups that registered (and kept the registration when it fit).
+    std::uint64_t misses = 0;
+    /// Kept registrations dropped because their memory left the address
+    /// space (munmap, free, madvise): the next lookup registers the new
+    /// pages at that address.
+    std::uint64_t unmapped = 0;
+    /// Idle registrations given back to make room.
+    std::uint64_t evicted = 0;
+    /// Registrations made for one call only: larger than the cache, no
+    /// idle one to give back, or memory the kernel cannot watch (a file
+    /// mapping), or no watch at all (see unavailable).
+    std::uint64_t not_kept = 0;
+    /// Registrations kept now.
+    std::size_t entries = 0;
+    /// The bytes they pin (whole pages).
+    std::size_t bytes = 0;
+    /// The most it keeps (0: nothing is kept).
+    std::size_t capacity = 0;
+    /// Why nothing can be kept ("" when the cache works): the kernel gives
+    /// no userfaultfd to see memory being unmapped (e.g. a container's
+    /// seccomp profile), and a kept registration could then outlive its
+    /// pages.
+    std::string unavailable;
+};
 
 /// Registered memory in big chunks, handed out as local regions.
 /// Thread-safe. Allocation is not on the per-operation path: allocate buffers

@@ -88,9 +88,8 @@ void check_collective(cordma_context* ctx, const void* send_buf, const void* rec
 cordma::task<int> all_to_all_task(cordma_context* ctx, const void* send_buf, void* recv_buf, std::size_t msg_size,
                                   bool pairwise) {
     std::size_t slots = static_cast<std::size_t>(cordma_peer_count(ctx));
-    auto pd = ctx->builder.pd();
-    user_buffer out(pd, send_buf, slots * msg_size, cordma::access_flags::remote_read, true);
-    user_buffer in(pd, recv_buf, slots * msg_size, cordma::access_flags::local_write, true);
+    user_buffer out(ctx->builder, send_buf, slots * msg_size, cordma::access_flags::remote_read, true);
+    user_buffer in(ctx->builder, recv_buf, slots * msg_size, cordma::access_flags::local_write, true);
     auto token = call_token(*ctx);
     // Named, not temporaries: g++ 12 destroys some temporaries of a
     // co_await expression twice (this stop_token among them).
@@ -105,9 +104,8 @@ cordma::task<int> all_to_all_task(cordma_context* ctx, const void* send_buf, voi
 
 cordma::task<int> all_gather_task(cordma_context* ctx, const void* send_buf, void* recv_buf, std::size_t msg_size) {
     std::size_t slots = static_cast<std::size_t>(cordma_peer_count(ctx));
-    auto pd = ctx->builder.pd();
-    user_buffer out(pd, send_buf, msg_size, cordma::access_flags::remote_read, true);
-    user_buffer in(pd, recv_buf, slots * msg_size, cordma::access_flags::local_write, true);
+    user_buffer out(ctx->builder, send_buf, msg_size, cordma::access_flags::remote_read, true);
+    user_buffer in(ctx->builder, recv_buf, slots * msg_size, cordma::access_flags::local_write, true);
     auto token = call_token(*ctx);
     auto peers = connected_peers(*ctx);
     std::function<cordma::task<void>(std::shared_ptr<peer_state>)> work = [&out, &in, msg_size, token](std::shared_ptr<peer_state> p) {
@@ -119,8 +117,7 @@ cordma::task<int> all_gather_task(cordma_context* ctx, const void* send_buf, voi
 }
 
 cordma::task<int> barrier_task(cordma_context* ctx) {
-    auto pd = ctx->builder.pd();
-    user_buffer none(pd, nullptr, 0, cordma::access_flags::remote_read, true);
+    user_buffer none(ctx->builder, nullptr, 0, cordma::access_flags::remote_read, true);
     auto token = call_token(*ctx);
     auto peers = connected_peers(*ctx);
     const frame_kind rounds[] = {arrival_kind, release_kind};

@@ -16,11 +16,18 @@ namespace wire = link_wire;
 local_slice user_buffer::registered(std::size_t offset, std::size_t length) {
     if (whole_) {
         if (registrations_.empty())
-            registrations_.push_back(register_local_mr(pd_, data_, size_, access_));
+            registrations_.push_back(register_range(0, size_));
         return registrations_.front().slice(offset, length);
     }
-    registrations_.push_back(register_local_mr(pd_, data_ + offset, length, access_));
-    return registrations_.back().all();
+    registrations_.push_back(register_range(offset, length));
+    return registrations_.back();
+}
+
+local_slice user_buffer::register_range(std::size_t offset, std::size_t length) {
+    constexpr access_flags remote = access_flags::remote_read | access_flags::remote_write | access_flags::remote_atomic;
+    if (length != 0 && (access_ & remote) == access_flags::none)
+        return builder_->local_registration({data_ + offset, length});
+    return register_local_mr(builder_->pd(), data_ + offset, length, access_).all();
 }
 
 std::string describe_kind(frame_kind kind) {

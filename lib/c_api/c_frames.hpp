@@ -31,10 +31,12 @@ namespace cordma::detail::c_api {
 /// range a message needs (send and recv).
 class user_buffer {
 public:
-    user_buffer(std::shared_ptr<protection_domain> pd, const void* data, std::size_t size, access_flags access,
-                bool register_whole)
-        : pd_(std::move(pd)), data_(static_cast<std::byte*>(const_cast<void*>(data))), size_(size),
-          access_(access), whole_(register_whole) {}
+    /// Registered through `b`: for this side's own reads (local_write),
+    /// through its cache of registrations (builder::local_registration);
+    /// for a peer's reads (remote_read), for this call only.
+    user_buffer(cordma::builder& b, const void* data, std::size_t size, access_flags access, bool register_whole)
+        : builder_(&b), data_(static_cast<std::byte*>(const_cast<void*>(data))), size_(size), access_(access),
+          whole_(register_whole) {}
 
     std::byte* data() const noexcept { return data_; }
     std::size_t size() const noexcept { return size_; }
@@ -42,12 +44,14 @@ public:
     local_slice registered(std::size_t offset, std::size_t length);
 
 private:
-    std::shared_ptr<protection_domain> pd_;
+    local_slice register_range(std::size_t offset, std::size_t length);
+
+    cordma::builder* builder_;
     std::byte* data_;
     std::size_t size_;
     access_flags access_;
     bool whole_;
-    std::vector<local_mr> registrations_;
+    std::vector<local_slice> registrations_;
 };
 
 /// The C API's own ops, in the range the link leaves to its owner

@@ -119,7 +119,7 @@ cordma::task<int> write_task(cordma_context* ctx, std::shared_ptr<peer_state> p,
         cordma::local_slice source = staging.all();
         co_await p->conn.write(source, target, token);
     } else {
-        user_buffer buf(ctx->builder.pd(), src, len, access_flags::none, false);
+        user_buffer buf(ctx->builder, src, len, access_flags::none, false);
         cordma::local_slice source = buf.registered(0, len);
         co_await p->conn.write(source, target, token);
     }
@@ -135,7 +135,7 @@ cordma::task<int> read_task(cordma_context* ctx, std::shared_ptr<peer_state> p, 
         co_await p->conn.read(target, source, token);
         std::memcpy(dst, staging.data(), len);
     } else {
-        user_buffer buf(ctx->builder.pd(), dst, len, access_flags::local_write, false);
+        user_buffer buf(ctx->builder, dst, len, access_flags::local_write, false);
         cordma::local_slice target = buf.registered(0, len);
         co_await p->conn.read(target, source, token);
     }

@@ -26,7 +26,7 @@ void check_buffer(const void* data, std::size_t len, const char* name) {
 }
 
 cordma::task<int> send_task(cordma_context* ctx, std::shared_ptr<peer_state> p, const void* data, std::size_t len) {
-    user_buffer buf(ctx->builder.pd(), data, len, cordma::access_flags::remote_read, false);
+    user_buffer buf(ctx->builder, data, len, cordma::access_flags::remote_read, false);
     std::stop_token token = call_token(*ctx);
     co_await send_frame(p, message_kind, &buf, 0, len, token, "cordma_send");
     co_return 0;
@@ -69,7 +69,7 @@ cordma::task<std::size_t> recv_task(cordma_context* ctx, std::shared_ptr<peer_st
         if (std::optional<std::size_t> got = land_now(*p, *f, static_cast<std::byte*>(data)))
             co_return *got;
     }
-    user_buffer buf(ctx->builder.pd(), data, max_len, cordma::access_flags::local_write, false);
+    user_buffer buf(ctx->builder, data, max_len, cordma::access_flags::local_write, false);
     std::size_t got = co_await take_frame(p, message_kind, &buf, 0, max_len, false, token, "cordma_recv");
     co_return got;
 }
@@ -84,7 +84,7 @@ cordma::task<std::size_t> peek_task(cordma_context* ctx, std::shared_ptr<peer_st
 }
 
 cordma::task<int> broadcast_task(cordma_context* ctx, const void* data, std::size_t len) {
-    user_buffer buf(ctx->builder.pd(), data, len, cordma::access_flags::remote_read, true);
+    user_buffer buf(ctx->builder, data, len, cordma::access_flags::remote_read, true);
     auto token = call_token(*ctx);
     auto peers = connected_peers(*ctx);
     std::function<cordma::task<void>(std::shared_ptr<peer_state>)> work = [&buf, token](std::shared_ptr<peer_state> p) {

@@ -154,6 +154,25 @@ builder& builder::pool_initial_size(std::size_t bytes) {
     return *this;
 }
 
+builder& builder::registration_cache_size(std::size_t bytes) {
+    std::lock_guard lock(shared_->mutex);
+    if (shared_->rt && bytes != settings_.registration_cache_size)
+        throw std::logic_error("builder::registration_cache_size(" + std::to_string(bytes) +
+                               "): the builder's shared pieces already exist (made by the first connect, listen, "
+                               "pool() or local_registration()); set it before those");
+    settings_.registration_cache_size = bytes;
+    return *this;
+}
+
+local_slice builder::local_registration(std::span<std::byte> buffer) {
+    if (buffer.empty())
+        throw std::invalid_argument("builder::local_registration: the buffer is empty (" +
+                                    std::string(buffer.data() == nullptr ? "null" : "0 bytes") + ")");
+    return runtime()->registrations->local(buffer.data(), buffer.size());
+}
+
+registration_cache_stats builder::registration_stats() { return runtime()->registrations->stats(); }
+
 builder& builder::agent_timeout(std::chrono::milliseconds limit) {
     if (limit.count() <= 0)
         throw std::invalid_argument("builder::agent_timeout(" + std::to_string(limit.count()) +

@@ -3,11 +3,28 @@
 #include "agent/agent_ledger.hpp"
 #include "engine/shared_receive_state.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
 namespace cordma::detail {
+
+namespace {
+
+// What connection_settings::registration_cache_size says: at most the
+// setting, and at most a quarter of a finite locked-memory limit, so that
+// idle kept registrations leave the rest of the limit to the pool and the
+// program.
+std::size_t registration_cache_capacity(const connection_settings& settings) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+        return settings.registration_cache_size;
+    return std::min<std::size_t>(settings.registration_cache_size, limit.rlim_cur / 4);
+}
+
+}  // namespace
 
 std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
     if (settings.pool_chunk_size < 4096)
@@ -20,6 +37,7 @@ std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
     if (settings.pool_initial_size != 0)
         rt->pool->reserve(settings.pool_initial_size);
     rt->results_pool = memory_pool::create(rt->pd, access_flags::local_write, 64 << 10);
+    rt->registrations = std::make_unique<registration_cache>(rt->pd, registration_cache_capacity(settings));
     rt->ledger = std::make_shared<agent_ledger>();
     rt->send_cqs = std::make_unique<cq_pool>(rt->event_listener, settings.cq_size, "send");
     rt->recv_cqs = std::make_unique<cq_pool>(rt->event_listener, settings.cq_size, "receive");

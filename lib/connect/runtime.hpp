@@ -14,6 +14,7 @@
 #include <cordma/protection_domain.hpp>
 #include <cordma/queue_pair.hpp>
 #include "connect/cq_pool.hpp"
+#include "engine/registration_cache.hpp"
 
 namespace cordma::detail {
 
@@ -27,6 +28,9 @@ struct runtime : std::enable_shared_from_this<runtime> {
     /// slots, so a connection costs no registration of its own (and no
     /// peer's key ever reaches them).
     std::shared_ptr<memory_pool> results_pool;
+    /// Registrations of callers' own buffers kept for reuse
+    /// (builder::local_registration).
+    std::unique_ptr<registration_cache> registrations;
     /// The shared CQs, and the work requests the live QPs on them may
     /// have outstanding (event listener thread).
     std::unique_ptr<cq_pool> send_cqs;

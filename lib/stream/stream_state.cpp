@@ -173,8 +173,7 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
             if (f.header.type == wire::frame::data) {
                 std::memcpy(buffer.data(), f.message.data() + wire::header_size + consumed_, n);
             } else if (n >= options_.register_size) {
-                local_mr target = register_local_mr(builder_.pd(), buffer.data(), n, access_flags::local_write);
-                local_slice into = target.all();
+                local_slice into = builder_.local_registration(buffer.first(n));
                 co_await link_->fetch(f, consumed_, into);
             } else {
                 local_mr staging = builder_.pool()->allocate(n);
