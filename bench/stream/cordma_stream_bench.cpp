@@ -69,6 +69,7 @@ struct config {
     std::string device;
     stream_options options;
     bool registered = false;
+    std::size_t registration_cache = connection_settings{}.registration_cache_size;
     bool verify = false;
     bool json = false;
     std::chrono::seconds timeout{120};
@@ -94,6 +95,8 @@ void usage(std::FILE* out) {
                  "  --window N          stream_options::window (default 16)\n"
                  "  --register-size B   stream_options::register_size (default 1048576)\n"
                  "  --registered        write from the builder's pool (a local_slice), not heap memory\n"
+                 "  --registration-cache B  builder::registration_cache_size (default 256 MiB; 0: every\n"
+                 "                      read from register_size up registers and deregisters its buffer)\n"
                  "  --verify            fill each transfer with a pattern and check it (rstream -T v)\n"
                  "  --json              also print one JSON line with the result\n"
                  "  --timeout S         bound on the whole run after connecting (default 120)\n"
@@ -127,6 +130,8 @@ config parse(int argc, char** argv) {
             cfg.options.window = static_cast<std::uint32_t>(parse_number(name, value(), 2, 60));
         } else if (name == "--register-size") {
             cfg.options.register_size = static_cast<std::size_t>(parse_number(name, value(), 1, 1L << 30));
+        } else if (name == "--registration-cache") {
+            cfg.registration_cache = static_cast<std::size_t>(parse_number(name, value(), 0, 1L << 40));
         } else if (name == "--registered") {
             cfg.registered = true;
         } else if (name == "--verify") {
@@ -291,6 +296,7 @@ int main(int argc, char** argv) try {
 
     builder b;
     b.polling(cfg.polling);
+    b.registration_cache_size(cfg.registration_cache);
     if (!cfg.device.empty()) b.device(cfg.device);
 
     stream_listener l;
@@ -312,10 +318,10 @@ int main(int argc, char** argv) try {
     if (cfg.json)
         std::printf("{\"impl\":\"cordma\",\"role\":\"%s\",\"polling\":\"%s\",\"bytes\":%zu,\"xfers\":%ld,"
                     "\"iters\":%ld,\"usec\":%.1f,\"gbps\":%.4f,\"usec_per_xfer\":%.3f,\"inline_size\":%zu,"
-                    "\"window\":%u,\"register_size\":%zu,\"registered\":%s,\"verified\":%s}\n",
+                    "\"window\":%u,\"register_size\":%zu,\"registered\":%s,\"registration_cache\":%zu,\"verified\":%s}\n",
                     client ? "client" : "server", polling_name(cfg.polling), cfg.size, cfg.count, cfg.iters, usec,
                     gbps, per_xfer, cfg.options.inline_size, static_cast<unsigned>(cfg.options.window),
-                    cfg.options.register_size, cfg.registered ? "true" : "false", cfg.verify ? "true" : "false");
+                    cfg.options.register_size, cfg.registered ? "true" : "false", cfg.registration_cache, cfg.verify ? "true" : "false");
     std::fflush(stdout);
     return 0;
 } catch (const usage_error& e) {
