@@ -166,8 +166,8 @@ struct CORDMA_API connection_settings {
     /// The most bytes of registrations of the caller's own buffers kept
     /// for the next call that names the same memory (builder::
     /// local_registration, and what the modules register for their own
-    /// reads: a stream read from register_size up, an rpc response read,
-    /// a C receive). Never more than a quarter of the locked-memory limit
+    /// reads into a caller's buffer: a stream read from register_size up,
+    /// a large C receive or cordma_read). Never more than a quarter of the locked-memory limit
     /// (RLIMIT_MEMLOCK) when that is not unlimited; 0: nothing is kept.
     /// A kept registration is dropped when its memory leaves the address
     /// space (munmap, free, madvise), seen through the kernel's
@@ -321,8 +321,9 @@ public:
     builder& registration_cache_size(std::size_t bytes);
 
     /// `buffer` registered for this side's own work requests: the target
-    /// of a read or a recv, the source of a write or a send (local access:
-    /// no peer gets a key to it). A registration kept from an earlier call
+    /// of a connection's read or recv, or the source of its write or send
+    /// (local access: no peer gets a key to it, so not for a stream's or
+    /// rpc's zero-copy write, whose peer reads the source). A registration kept from an earlier call
     /// that covers the buffer is reused, so registering the same buffer
     /// again costs a lookup, not an ibv_reg_mr; it is dropped when its
     /// memory is unmapped or freed (see connection_settings::

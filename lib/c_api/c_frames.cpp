@@ -24,8 +24,10 @@ local_slice user_buffer::registered(std::size_t offset, std::size_t length) {
 }
 
 local_slice user_buffer::register_range(std::size_t offset, std::size_t length) {
-    constexpr access_flags remote = access_flags::remote_read | access_flags::remote_write | access_flags::remote_atomic;
-    if (length != 0 && (access_ & remote) == access_flags::none)
+    // Only a target (local_write) goes through the cache: a send's or a
+    // write's source keeps the access it asks for (none may be read-only
+    // memory, which a local_write registration would refuse).
+    if (length != 0 && access_ == access_flags::local_write)
         return builder_->local_registration({data_ + offset, length});
     return register_local_mr(builder_->pd(), data_ + offset, length, access_).all();
 }

@@ -31,9 +31,10 @@ namespace cordma::detail::c_api {
 /// range a message needs (send and recv).
 class user_buffer {
 public:
-    /// Registered through `b`: for this side's own reads (local_write),
-    /// through its cache of registrations (builder::local_registration);
-    /// for a peer's reads (remote_read), for this call only.
+    /// Registered through `b`: a target of this side's own reads or
+    /// receives (local_write) through its cache of registrations
+    /// (builder::local_registration); anything else (a source, a peer's
+    /// reads) for this call only.
     user_buffer(cordma::builder& b, const void* data, std::size_t size, access_flags access, bool register_whole)
         : builder_(&b), data_(static_cast<std::byte*>(const_cast<void*>(data))), size_(size), access_(access),
           whole_(register_whole) {}

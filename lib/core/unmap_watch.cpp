@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <sched.h>
+#include <time.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -20,7 +22,9 @@ namespace cordma::detail {
 namespace {
 
 std::mutex starting;
-unmap_watch* current = nullptr;  // guarded by starting
+unmap_watch* the_watch = nullptr;  // guarded by starting
+unmap_watch* abandoned = nullptr;  // the parent's, in a forked child (kept reachable: no leak report)
+std::atomic<unsigned> fork_generation{0};
 bool tried = false;              // guarded by starting
 std::string why_not;             // guarded by starting
 
@@ -33,7 +37,10 @@ void forget_in_child() noexcept {
     // The child has one thread: a lock another thread of the parent held
     // at the fork would never be released in it.
     new (&starting) std::mutex;
-    current = nullptr;
+    if (the_watch != nullptr)
+        abandoned = the_watch;
+    the_watch = nullptr;
+    fork_generation.fetch_add(1, std::memory_order_relaxed);
     tried = false;
     why_not.clear();
 }
@@ -77,7 +84,7 @@ int open_userfaultfd(std::string& why) noexcept {
 unmap_watch* unmap_watch::get() noexcept {
     std::lock_guard lock(starting);
     if (tried)
-        return current;
+        return the_watch;
     tried = true;
     static bool at_fork = (pthread_atfork(nullptr, nullptr, forget_in_child), true);
     (void)at_fork;
@@ -94,12 +101,12 @@ unmap_watch* unmap_watch::get() noexcept {
         pthread_sigmask(SIG_SETMASK, &old, nullptr);
         pthread_setname_np(reader.native_handle(), "cordma-unmap");
         reader.detach();
-        current = watch;  // lives as long as the process (see forget_in_child)
+        the_watch = watch;  // lives as long as the process (see forget_in_child)
     } catch (const std::exception& e) {
         why_not = std::string("starting the unmap watch's thread: ") + e.what();
         close(fd);
     }
-    return current;
+    return the_watch;
 }
 
 std::string unmap_watch::unavailable() {
@@ -107,9 +114,13 @@ std::string unmap_watch::unavailable() {
     return why_not;
 }
 
-unmap_watch::unmap_watch(int fd) noexcept : fd_(fd) {}
+unmap_watch::unmap_watch(int fd) noexcept : fd_(fd), generation_(fork_generation.load(std::memory_order_relaxed)) {}
+
+bool unmap_watch::current() const noexcept { return generation_ == fork_generation.load(std::memory_order_relaxed); }
 
 bool unmap_watch::watch(std::uintptr_t start, std::uintptr_t end) noexcept {
+    if (!current())
+        return false;
     uffdio_register reg{};
     reg.range.start = start;
     reg.range.len = end - start;
@@ -127,6 +138,9 @@ bool unmap_watch::watch(std::uintptr_t start, std::uintptr_t end) noexcept {
 }
 
 void unmap_watch::unwatch(std::uintptr_t start, std::uintptr_t end) noexcept {
+    // In a forked child the fd acts on the parent's memory: leave it be.
+    if (!current())
+        return;
     std::lock_guard lock(watches_mutex_);
     auto [first, last] = watches_.equal_range(start);
     for (auto it = first; it != last; ++it)
@@ -152,7 +166,27 @@ void unmap_watch::unwatch(std::uintptr_t start, std::uintptr_t end) noexcept {
         release(cursor, end);
 }
 
-void unmap_watch::settle() const noexcept {
+void unmap_watch::settle(std::uintptr_t page) const noexcept {
+    if (!current())
+        return;
+    // An unmap of a watched range raises the context's mmap_changing
+    // before the memory goes, and lowers it once its event has been read
+    // and the unmapping thread let go; meanwhile UFFDIO_WRITEPROTECT
+    // answers EAGAIN first thing. Asked with mode 0 (take protection away:
+    // nothing here is ever protected) and DONTWAKE, it changes nothing.
+    uffdio_writeprotect probe{};
+    probe.range.start = page;
+    static const std::uint64_t page_bytes = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+    probe.range.len = page_bytes;
+    probe.mode = UFFDIO_WRITEPROTECT_MODE_DONTWAKE;
+    for (int turns = 0; ioctl(fd_, UFFDIO_WRITEPROTECT, &probe) != 0 && errno == EAGAIN; ++turns) {
+        if (turns < 100) {
+            sched_yield();
+        } else {
+            timespec pause{0, 20'000};
+            nanosleep(&pause, nullptr);
+        }
+    }
     while (reading_.load(std::memory_order_acquire) != 0)
         reading_.wait(1, std::memory_order_acquire);
 }
@@ -187,9 +221,13 @@ void unmap_watch::run() noexcept {
     for (;;) {
         pollfd ready{fd_, POLLIN, 0};
         if (poll(&ready, 1, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            return;
+            // Never give up: an unmapping thread waits for this one. Past
+            // EINTR only a transient ENOMEM is possible.
+            if (errno != EINTR) {
+                timespec pause{0, 1'000'000};
+                nanosleep(&pause, nullptr);
+            }
+            continue;
         }
         reading_.store(1, std::memory_order_seq_cst);
         for (;;) {

@@ -55,8 +55,17 @@ public:
     /// pages is left.
     void unwatch(std::uintptr_t start, std::uintptr_t end) noexcept;
 
-    /// Waits until every event the kernel has handed over is in the ring.
-    void settle() const noexcept;
+    /// Waits until every unmap the kernel has begun to report is in the
+    /// ring: one whose event is not yet read (the kernel's mmap_changing,
+    /// which makes UFFDIO_WRITEPROTECT answer EAGAIN until the unmapping
+    /// thread has been let go; `page` is any page-aligned address), and
+    /// one read and not yet written. So a lookup after it misses no unmap
+    /// that finished before it, on any thread: another thread's munmap
+    /// whose address an mmap of this thread already got back included.
+    void settle(std::uintptr_t page) const noexcept;
+    /// False in a child forked after this watch was made: the child's
+    /// memory is not watched by it (a cache must take the child's own).
+    bool current() const noexcept;
     /// How many ranges have been written to the ring so far.
     std::uint64_t written() const noexcept { return written_.load(std::memory_order_acquire); }
     /// The `index`th range written (index < written()); false when the
@@ -72,6 +81,7 @@ private:
     void publish(std::uintptr_t start, std::uintptr_t end) noexcept;
 
     int fd_;
+    unsigned generation_;
     /// Events taken from the kernel and not yet in the ring (0 or 1).
     mutable std::atomic<int> reading_{0};
     std::atomic<std::uint64_t> written_{0};

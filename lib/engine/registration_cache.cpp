@@ -30,6 +30,16 @@ registration_cache::registration_cache(std::shared_ptr<protection_domain> pd, st
 }
 
 unmap_watch* registration_cache::started_watch() {
+    if (watch_ != nullptr && !watch_->current()) {
+        // A child forked with this cache: its entries name the parent's
+        // registrations and the parent's watch, which sees none of the
+        // child's memory. Forget them (without touching the parent's
+        // watch) and take the child's own.
+        entries_.clear();
+        bytes_ = 0;
+        watch_ = nullptr;
+        watch_tried_ = false;
+    }
     // Started by the first use, not with the builder: a program that never
     // reads into a large buffer of its own opens no userfaultfd and starts
     // no thread.
@@ -39,7 +49,7 @@ unmap_watch* registration_cache::started_watch() {
         if (watch_ == nullptr) {
             counts_.unavailable = unmap_watch::unavailable();
         } else {
-            watch_->settle();
+            watch_->settle(page_size());
             seen_ = watch_->written();
         }
     }
@@ -48,7 +58,7 @@ unmap_watch* registration_cache::started_watch() {
 
 registration_cache::~registration_cache() {
     std::lock_guard lock(mutex_);
-    if (watch_ == nullptr)
+    if (watch_ == nullptr || !watch_->current())
         return;
     while (!entries_.empty())
         drop(entries_.size() - 1);
@@ -64,9 +74,9 @@ local_slice registration_cache::local(void* data, std::size_t size) {
         ++counts_.not_kept;
         return register_once(pd_, data, size);
     }
-    // An munmap that has returned is in the ring after this (the reading
-    // thread takes no lock of ours, so waiting for it here is safe).
-    watch_->settle();
+    // An unmap that has finished, on any thread, is in the ring after this
+    // (the reading thread takes no lock of ours: waiting here is safe).
+    watch_->settle(start);
     catch_up();
     auto* bytes = static_cast<std::byte*>(data);
     for (entry& e : entries_)
@@ -104,6 +114,14 @@ local_slice registration_cache::local(void* data, std::size_t size) {
                 throw;
             block = register_pages(from, to);
         }
+    } catch (const verbs_error& e) {
+        watch_->unwatch(from, to);
+        if (e.code() == make_error_code(errc::memlock_limit) || (from == start && to == end))
+            throw;
+        // The folded range took in pages that cannot be registered now
+        // (made read-only since, say): this buffer alone, for this call.
+        ++counts_.not_kept;
+        return register_once(pd_, data, size);
     } catch (...) {
         watch_->unwatch(from, to);
         throw;
@@ -183,7 +201,8 @@ std::size_t registration_cache::drop_idle() {
 
 registration_cache_stats registration_cache::stats() {
     std::lock_guard lock(mutex_);
-    started_watch();
+    if (started_watch() != nullptr)
+        catch_up();  // what was unmapped since the last lookup is not counted as kept
     registration_cache_stats s = counts_;
     s.entries = entries_.size();
     s.bytes = bytes_;

@@ -143,9 +143,9 @@ task<void> client_state::fetch(std::uint64_t id, wire::header h) {
     std::vector<std::byte> bytes(h.size);
     std::string error;
     try {
-        local_slice into = builder_.local_registration(bytes);
+        local_mr into = register_local_mr(builder_.pd(), bytes.data(), bytes.size(), access_flags::local_write);
         remote_slice from{h.addr, h.size, h.rkey, access_flags::remote_read};
-        co_await conn_.read(into, from);
+        co_await conn_.read(into.all(), from);
     } catch (const std::exception& e) {
         error = e.what();
     }

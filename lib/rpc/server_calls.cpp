@@ -94,7 +94,7 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     local_mr reply;              // handle_into's: the response frame, filled in place
     std::size_t reply_size = 0;  // ... this much of its payload
     std::unique_ptr<std::byte[]> large;  // a large request, read from the client
-    local_slice large_mr;
+    local_mr large_mr;
     std::span<const std::byte> payload;
     bool read_failed = false;
     auto found = handlers_.find(h.code);
@@ -111,9 +111,9 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         } else if (entry != nullptr) {
             try {
                 large.reset(new std::byte[h.size]);
-                large_mr = builder_.local_registration({large.get(), static_cast<std::size_t>(h.size)});
+                large_mr = register_local_mr(pd_, large.get(), h.size, access_flags::local_write);
                 remote_slice from{h.addr, h.size, h.rkey, access_flags::remote_read};
-                co_await s->conn.read(large_mr, from);
+                co_await s->conn.read(large_mr.all(), from);
                 payload = std::span<const std::byte>(large.get(), h.size);
             } catch (const std::exception& e) {
                 read_failed = true;
