@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include <cordma/error.hpp>
-#include <cordma/memory_region.hpp>
 
 #include "core/unmap_watch.hpp"
 
@@ -132,15 +131,10 @@ local_slice registration_cache::local(void* data, std::size_t size) {
 }
 
 std::shared_ptr<mr_block> registration_cache::register_pages(std::uintptr_t start, std::uintptr_t end) {
-    auto block = std::make_shared<mr_block>();
-    block->own_registration = memory_region::register_memory(pd_, reinterpret_cast<void*>(start), end - start,
-                                                             access_flags::local_write);
-    block->data = reinterpret_cast<std::byte*>(start);
-    block->size = end - start;
-    block->lkey = block->own_registration.lkey();
-    block->rkey = block->own_registration.rkey();
-    block->access = access_flags::local_write;
-    return block;
+    // register_local_mr makes the block; the cache keeps the block itself.
+    return register_local_mr(pd_, reinterpret_cast<void*>(start), end - start, access_flags::local_write)
+        .all()
+        .block();
 }
 
 void registration_cache::catch_up() {
