@@ -29,10 +29,12 @@
 // The server listens with a backlog of at least N (so a storm is never
 // refused, only served), prints "listening on IP:PORT", takes N clients
 // (from any number of client processes and hosts) and exits once every
-// one has closed. The client starts N connects at
+// one has closed; a plain server prints the CPU time it spent from
+// listening to its last accept. The client starts N connects at
 // once (coroutines on one event listener), waits for all (and, for rpc,
 // their calls), then closes them all; it prints one JSON line: the
-// storm's wall time, connections per second, each connection's own time
+// storm's wall time, connections per second, the CPU time this process
+// spent meanwhile (user and system, every thread), each connection's own time
 // (p50, p99, max), the close time, and what the device counted meanwhile
 // (its port's hw_counters: packets, RNR NAKs, retries, sequence errors;
 // client and server on one device count together).
@@ -49,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -170,6 +173,18 @@ bool in_rts(const connection& c) {
     return ibv_query_qp(c.qp()->native_handle(), &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_RTS;
 }
 
+/// This process's CPU time so far (every thread, user and kernel), in ms.
+struct cpu_time {
+    double user_ms = 0, sys_ms = 0;
+    static cpu_time now() {
+        rusage u{};
+        getrusage(RUSAGE_SELF, &u);
+        auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3; };
+        return {ms(u.ru_utime), ms(u.ru_stime)};
+    }
+    cpu_time operator-(const cpu_time& o) const { return {user_ms - o.user_ms, sys_ms - o.sys_ms}; }
+};
+
 // ---- serve -----------------------------------------------------------------
 
 /// Holds one accepted connection until its client closes it.
@@ -188,8 +203,13 @@ task<void> serve_plain(const options& o, builder b) {
     std::fflush(stdout);
     auto pool = b.pool();
     task_group held;
+    cpu_time before = cpu_time::now();
     for (long i = 0; i < o.connections; ++i)
         held.spawn(hold(co_await l.accept(), pool));
+    cpu_time used = cpu_time::now() - before;
+    std::printf("server CPU from listening to the last accept: user %.1f ms, system %.1f ms (%.3f ms a connection)\n",
+                used.user_ms, used.sys_ms, (used.user_ms + used.sys_ms) / static_cast<double>(o.connections));
+    std::fflush(stdout);
     co_await held.join();
 }
 
@@ -305,11 +325,13 @@ task<int> connect_all(const options& o, builder b) {
     device_counters before = counters_of(b);
     co_await b.event_listener()->schedule();  // every connect starts on the event listener
     auto t0 = clock_type::now();
+    cpu_time cpu0 = cpu_time::now();
     task_group storm_of;
     for (long i = 0; i < o.connections; ++i)
         storm_of.spawn(o.what == kind::rpc ? one_rpc(b, o.address, o.calls, &s) : one_plain(b, o.address, &s));
     co_await storm_of.join();
     double wall_ms = ms_since(t0);
+    cpu_time cpu = cpu_time::now() - cpu0;
     std::size_t unready = 0;
     if (o.check_qps) {
         for (const auto& c : s.connections)
@@ -343,12 +365,13 @@ task<int> connect_all(const options& o, builder b) {
     }
     std::printf("{\"kind\": \"%s\", \"depth\": %ld, \"connections\": %ld, \"connected\": %zu, \"failed\": %zu, \"wall_ms\": %.2f, "
                 "\"per_s\": %.1f, \"p50_ms\": %.2f, \"p99_ms\": %.2f, \"max_ms\": %.2f, \"close_ms\": %.2f, "
+                "\"cpu_user_ms\": %.1f, \"cpu_sys_ms\": %.1f, "
                 "\"device\": {\"sent_pkts\": %llu, \"send_rnr_err\": %llu, \"rcvd_rnr_err\": %llu, "
                 "\"completer_retry_err\": %llu, \"retry_exceeded_err\": %llu, \"rcvd_seq_err\": %llu, "
                 "\"duplicate_request\": %llu}}\n",
                 kinds[static_cast<int>(o.what)], o.depth, o.connections, sorted.size(), s.failed, wall_ms,
                 static_cast<double>(sorted.size()) / (wall_ms / 1000.0), at(0.5), at(0.99),
-                sorted.empty() ? 0.0 : sorted.back(), close_ms,
+                sorted.empty() ? 0.0 : sorted.back(), close_ms, cpu.user_ms, cpu.sys_ms,
                 static_cast<unsigned long long>(seen["sent_pkts"]), static_cast<unsigned long long>(seen["send_rnr_err"]),
                 static_cast<unsigned long long>(seen["rcvd_rnr_err"]),
                 static_cast<unsigned long long>(seen["completer_retry_err"]),

@@ -138,6 +138,25 @@ def report(raw, meta, out, qp_cost=None):
             m = lambda k: fmt(statistics.median(d.get(k, 0) for d in dev))
             lines.append(f"| {n} | {kind} | {m('sent_pkts')} | {m('send_rnr_err')} | {m('completer_retry_err')} | "
                          f"{m('retry_exceeded_err')} | {m('rcvd_seq_err')} |")
+    # Rates move with the host from one storm to the next (the VM shares
+    # two cores), so each round's cordma rates are also set beside that
+    # round's cmtime: the medians of those paired ratios, and the client's
+    # CPU time (user + system, every thread) per connection.
+    lines += ["", "Each round's rates over the same round's cmtime (median, lowest-highest over the rounds), and "
+              "the cordma client's CPU time per connection during the storm (user + system, median):", "",
+              "| N | kind | rate / cmtime, paired | lowest-highest | client CPU ms per connection |",
+              "|---:|---|---:|---:|---:|"]
+    for n in info["connections"]:
+        cm = {r["round"]: r["result"]["per_s"] for r in ok if r["impl"] == "cmtime" and r["connections"] == n}
+        for kind in ("plain", "plain1", "agent", "rpc"):
+            mine = [r for r in ok if r["impl"] == kind and r["connections"] == n]
+            paired = [r["result"]["per_s"] / cm[r["round"]] for r in mine if cm.get(r["round"])]
+            cpu = [(r["result"]["cpu_user_ms"] + r["result"]["cpu_sys_ms"]) / n for r in mine
+                   if "cpu_user_ms" in r["result"]]
+            if not paired:
+                continue
+            lines.append(f"| {n} | {kind} | {statistics.median(paired):.2f}x | {min(paired):.2f}x-{max(paired):.2f}x | "
+                         f"{fmt(statistics.median(cpu) if cpu else None, 2)} |")
     spread = []
     for n in info["connections"]:
         for impl in ("cmtime", "plain", "plain1"):

@@ -3,7 +3,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <array>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 
 #include "verbs/gid_table.hpp"
@@ -55,6 +58,98 @@ std::vector<usable_gid> usable_gids(const device_context& device, std::uint8_t p
     }
     return out;
 }
+
+namespace {
+
+/// Whether entry `index` of the port's GID table is RoCE v2 of the family
+/// (IPv4-mapped or not): one entry read.
+bool usable_entry(const device_context& device, std::uint8_t port, const ibv_port_attr& attr, int index, bool v4) {
+    ibv_gid_entry entry{};
+    if (ibv_query_gid_ex(device.native_handle(), port, static_cast<std::uint32_t>(index), &entry, 0) != 0)
+        return false;
+    if (attr.link_layer != IBV_LINK_LAYER_ETHERNET)
+        return true;
+    return entry.gid_type == IBV_GID_TYPE_ROCE_V2 && v4 == is_v4_mapped(entry.gid);
+}
+
+[[noreturn]] void refuse_gid_index(const connection_settings& s, const device_context& device, std::uint8_t port,
+                                   const ibv_port_attr& port_attr, bool v4) {
+    std::vector<usable_gid> gids = usable_gids(device, port, v4 ? AF_INET : AF_INET6);
+    auto wanted = "gid_index(" + std::to_string(s.gid_index) + ")";
+    auto usable = "; usable " + std::string(v4 ? "IPv4" : "IPv6") + " GID indices on " + device.name() + " port " +
+                  std::to_string(port) + ": " + list(gids);
+    if (s.gid_index >= port_attr.gid_tbl_len)
+        refuse(wanted, s, "the GID table has " + std::to_string(port_attr.gid_tbl_len) + " entries" + usable);
+    ibv_gid_entry entry{};
+    bool empty = ibv_query_gid_ex(device.native_handle(), port, static_cast<std::uint32_t>(s.gid_index), &entry, 0) != 0;
+    refuse(wanted, s,
+           std::string(empty ? "that entry is empty"
+                             : entry.gid_type != IBV_GID_TYPE_ROCE_V2
+                                   ? "that entry (" + gid_text(entry.gid) + ") is RoCE v1, cordma uses v2"
+                                   : "that entry (" + gid_text(entry.gid) + ") is for the other address family") +
+               usable);
+}
+
+/// The GID indices found for local addresses, per device and port: a storm
+/// of connections would otherwise read the whole table (1,024 entries on
+/// rxe) per connection and side. Each use reads the one entry again to
+/// check it still holds that GID (addresses come and go), and a miss scans.
+struct remembered_gid {
+    const ibv_context* context = nullptr;
+    std::uint8_t port = 0;
+    ibv_gid gid{};
+    int index = -1;
+};
+std::mutex remembered_mutex;
+std::array<remembered_gid, 8> remembered;
+std::size_t next_remembered = 0;
+
+bool entry_holds(const device_context& device, std::uint8_t port, int index, const ibv_gid& gid) {
+    ibv_gid_entry entry{};
+    return ibv_query_gid_ex(device.native_handle(), port, static_cast<std::uint32_t>(index), &entry, 0) == 0 &&
+           entry.gid_type == IBV_GID_TYPE_ROCE_V2 && std::memcmp(entry.gid.raw, gid.raw, sizeof gid.raw) == 0;
+}
+
+/// RoCE: the GID of the local address itself (IPv4-mapped for IPv4), else
+/// the first usable one of the family.
+int local_gid_index(const device_context& device, std::uint8_t port, const sockaddr* local, bool v4, int family) {
+    std::optional<ibv_gid> mine;
+    if (v4 && local != nullptr) {
+        mine.emplace();
+        mine->raw[10] = mine->raw[11] = 0xff;
+        if (local->sa_family == AF_INET)
+            std::memcpy(&mine->raw[12], &reinterpret_cast<const sockaddr_in*>(local)->sin_addr, 4);
+        else
+            std::memcpy(mine->raw, reinterpret_cast<const sockaddr_in6*>(local)->sin6_addr.s6_addr, 16);
+        int known = -1;
+        {
+            std::lock_guard lock(remembered_mutex);
+            for (const auto& r : remembered)
+                if (r.context == device.native_handle() && r.port == port &&
+                    std::memcmp(r.gid.raw, mine->raw, sizeof mine->raw) == 0)
+                    known = r.index;
+        }
+        if (known >= 0 && entry_holds(device, port, known, *mine))
+            return known;
+    }
+    std::vector<usable_gid> gids = usable_gids(device, port, family);
+    if (gids.empty())
+        throw std::invalid_argument("builder: no RoCE v2 " + std::string(v4 ? "IPv4" : "IPv6") + " GID on " +
+                                    device.name() + " port " + std::to_string(port) +
+                                    "; does its netdev have an address of that family?");
+    if (!mine)
+        return gids.front().index;
+    std::string text = gid_text(*mine);
+    for (const auto& g : gids)
+        if (g.text == text) {
+            std::lock_guard lock(remembered_mutex);
+            remembered[next_remembered++ % remembered.size()] = {device.native_handle(), port, *mine, g.index};
+            return g.index;
+        }
+    return gids.front().index;
+}
+
+}  // namespace
 
 void check_handshake_settings(const connection_settings& s, handshake_side side) {
     const char* call = side == handshake_side::connecting ? "connect" : "listen";
@@ -121,51 +216,16 @@ qp_connect_options qp_options(const connection_settings& s, const device_context
         v4 = std::memcmp(a6->sin6_addr.s6_addr, v4_prefix, sizeof v4_prefix) == 0;
     }
     int gid_family = v4 ? AF_INET : AF_INET6;
-    std::vector<usable_gid> gids = usable_gids(device, o.port, gid_family);
     ibv_port_attr port_attr = device.query_port(o.port);
     if (s.gid_index >= 0) {
-        auto wanted = "gid_index(" + std::to_string(s.gid_index) + ")";
-        auto usable = "; usable " + std::string(v4 ? "IPv4" : "IPv6") + " GID indices on " + device.name() +
-                      " port " + std::to_string(o.port) + ": " + list(gids);
-        if (s.gid_index >= port_attr.gid_tbl_len)
-            refuse(wanted, s, "the GID table has " + std::to_string(port_attr.gid_tbl_len) + " entries" + usable);
-        bool found = false;
-        for (const auto& g : gids)
-            found = found || g.index == s.gid_index;
-        if (!found) {
-            ibv_gid_entry entry{};
-            bool empty = ibv_query_gid_ex(device.native_handle(), o.port, static_cast<std::uint32_t>(s.gid_index),
-                                          &entry, 0) != 0;
-            refuse(wanted, s,
-                   std::string(empty ? "that entry is empty"
-                                     : entry.gid_type != IBV_GID_TYPE_ROCE_V2
-                                           ? "that entry (" + gid_text(entry.gid) + ") is RoCE v1, cordma uses v2"
-                                           : "that entry (" + gid_text(entry.gid) + ") is for the other address family") +
-                       usable);
-        }
-        o.gid_index = s.gid_index;
+        if (s.gid_index < port_attr.gid_tbl_len && usable_entry(device, o.port, port_attr, s.gid_index, v4))
+            o.gid_index = s.gid_index;
+        else
+            refuse_gid_index(s, device, o.port, port_attr, v4);
     } else if (port_attr.link_layer != IBV_LINK_LAYER_ETHERNET) {
         o.gid_index = 0;
     } else {
-        if (gids.empty())
-            throw std::invalid_argument("builder: no RoCE v2 " + std::string(v4 ? "IPv4" : "IPv6") + " GID on " +
-                                        device.name() + " port " + std::to_string(o.port) +
-                                        "; does its netdev have an address of that family?");
-        o.gid_index = gids.front().index;
-        if (v4 && local != nullptr) {
-            ibv_gid mine{};
-            mine.raw[10] = mine.raw[11] = 0xff;
-            if (local->sa_family == AF_INET)
-                std::memcpy(&mine.raw[12], &reinterpret_cast<const sockaddr_in*>(local)->sin_addr, 4);
-            else
-                std::memcpy(mine.raw, reinterpret_cast<const sockaddr_in6*>(local)->sin6_addr.s6_addr, 16);
-            std::string text = gid_text(mine);
-            for (const auto& g : gids)
-                if (g.text == text) {
-                    o.gid_index = g.index;
-                    break;
-                }
-        }
+        o.gid_index = local_gid_index(device, o.port, local, v4, gid_family);
     }
 
     o.mtu = s.path_mtu;

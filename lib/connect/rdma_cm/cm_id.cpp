@@ -97,18 +97,25 @@ void cm_id::dispatch(cm_target* self, const cm_event_copy& event) noexcept {
 }
 
 void cm_id::wait(std::coroutine_handle<> h, std::chrono::milliseconds limit) {
+    auto due = std::chrono::steady_clock::now() + limit;
+    // The timer already armed does if it ends within 2 ms of this wait's
+    // end (a deadline's remainder, rounded to milliseconds, each step).
+    if (timer_ && (timer_due_ > due ? timer_due_ - due : due - timer_due_) > std::chrono::milliseconds(2))
+        std::exchange(timer_, nullptr)->cancel();
+    if (!timer_) {
+        timer_ = rt_->event_listener->call_after(limit, [this] {
+            timer_.reset();
+            if (auto h = std::exchange(waiter_, nullptr))
+                h.resume();  // with no event: timed out
+        });
+        timer_due_ = due;
+    }
     waiter_ = h;
-    timer_ = rt_->event_listener->call_after(limit, [this] {
-        timer_.reset();
-        if (auto h = std::exchange(waiter_, nullptr))
-            h.resume();  // with no event: timed out
-    });
 }
 
 void cm_id::handle_event(const cm_event_copy& event) noexcept {
     if (auto h = std::exchange(waiter_, nullptr)) {
-        if (timer_)
-            std::exchange(timer_, nullptr)->cancel();
+        // The timer stays for the next wait (~cm_id cancels it).
         event_ = event;
         h.resume();
         return;

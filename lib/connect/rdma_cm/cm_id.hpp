@@ -65,7 +65,11 @@ private:
     std::weak_ptr<connection_state> state_;
     std::coroutine_handle<> waiter_;
     std::optional<cm_event_copy> event_;
+    /// Bounds the waits; kept from one wait to the next while they end at
+    /// the same time (a handshake's steps share one deadline), so a
+    /// handshake arms one timer rather than one per step.
     std::shared_ptr<event_listener::timer> timer_;
+    std::chrono::steady_clock::time_point timer_due_;
     bool disconnected_ = false;
 };
 
