@@ -15,9 +15,15 @@
 # "Installing X to Y" lines) is newer than the install, under a lock so
 # tests running side by side neither race nor read half an install. The
 # tests only read it; install_test still runs meson install itself.
+#
+# Inside tools/rxe-vm (RXE_VM set) the install is the VM's own: the host's
+# unit suite (cmake_package) runs beside the VM's rxe suite (c_api,
+# rdma_lib_example) on the same build directory, shared over 9p, where a
+# lock taken in the VM does not hold against the host; one side could
+# remove the install while the other read it.
 installed_cordma() {
   local build=$1 tmp=$2 cache pc lib lock
-  cache=$build/tests/installed-cordma
+  cache=$build/tests/installed-cordma${RXE_VM:+-vm}
   mkdir -p "$cache" "$tmp/pkgconfig"
   exec {lock}>"$cache.lock"
   flock "$lock"
