@@ -61,15 +61,24 @@ std::vector<usable_gid> usable_gids(const device_context& device, std::uint8_t p
 
 namespace {
 
-/// Whether entry `index` of the port's GID table is RoCE v2 of the family
-/// (IPv4-mapped or not): one entry read.
-bool usable_entry(const device_context& device, std::uint8_t port, const ibv_port_attr& attr, int index, bool v4) {
+/// Entry `index` of the port's GID table (one entry read), or nothing if
+/// it is empty.
+std::optional<ibv_gid_entry> entry_at(const device_context& device, std::uint8_t port, int index) {
     ibv_gid_entry entry{};
     if (ibv_query_gid_ex(device.native_handle(), port, static_cast<std::uint32_t>(index), &entry, 0) != 0)
+        return std::nullopt;
+    return entry;
+}
+
+/// Whether entry `index` of the port's GID table is RoCE v2 of the family
+/// (IPv4-mapped or not).
+bool usable_entry(const device_context& device, std::uint8_t port, const ibv_port_attr& attr, int index, bool v4) {
+    auto entry = entry_at(device, port, index);
+    if (!entry)
         return false;
     if (attr.link_layer != IBV_LINK_LAYER_ETHERNET)
         return true;
-    return entry.gid_type == IBV_GID_TYPE_ROCE_V2 && v4 == is_v4_mapped(entry.gid);
+    return entry->gid_type == IBV_GID_TYPE_ROCE_V2 && v4 == is_v4_mapped(entry->gid);
 }
 
 [[noreturn]] void refuse_gid_index(const connection_settings& s, const device_context& device, std::uint8_t port,
@@ -80,13 +89,12 @@ bool usable_entry(const device_context& device, std::uint8_t port, const ibv_por
                   std::to_string(port) + ": " + list(gids);
     if (s.gid_index >= port_attr.gid_tbl_len)
         refuse(wanted, s, "the GID table has " + std::to_string(port_attr.gid_tbl_len) + " entries" + usable);
-    ibv_gid_entry entry{};
-    bool empty = ibv_query_gid_ex(device.native_handle(), port, static_cast<std::uint32_t>(s.gid_index), &entry, 0) != 0;
+    auto entry = entry_at(device, port, s.gid_index);
     refuse(wanted, s,
-           std::string(empty ? "that entry is empty"
-                             : entry.gid_type != IBV_GID_TYPE_ROCE_V2
-                                   ? "that entry (" + gid_text(entry.gid) + ") is RoCE v1, cordma uses v2"
-                                   : "that entry (" + gid_text(entry.gid) + ") is for the other address family") +
+           std::string(!entry ? "that entry is empty"
+                              : entry->gid_type != IBV_GID_TYPE_ROCE_V2
+                                    ? "that entry (" + gid_text(entry->gid) + ") is RoCE v1, cordma uses v2"
+                                    : "that entry (" + gid_text(entry->gid) + ") is for the other address family") +
                usable);
 }
 
@@ -105,14 +113,32 @@ std::array<remembered_gid, 8> remembered;
 std::size_t next_remembered = 0;
 
 bool entry_holds(const device_context& device, std::uint8_t port, int index, const ibv_gid& gid) {
-    ibv_gid_entry entry{};
-    return ibv_query_gid_ex(device.native_handle(), port, static_cast<std::uint32_t>(index), &entry, 0) == 0 &&
-           entry.gid_type == IBV_GID_TYPE_ROCE_V2 && std::memcmp(entry.gid.raw, gid.raw, sizeof gid.raw) == 0;
+    auto entry = entry_at(device, port, index);
+    return entry && entry->gid_type == IBV_GID_TYPE_ROCE_V2 &&
+           std::memcmp(entry->gid.raw, gid.raw, sizeof gid.raw) == 0;
+}
+
+/// The remembered entry for this device, port and GID, if any (under
+/// remembered_mutex). Each key is remembered once: remember() replaces it.
+remembered_gid* remembered_for(const device_context& device, std::uint8_t port, const ibv_gid& gid) {
+    for (auto& r : remembered)
+        if (r.context == device.native_handle() && r.port == port &&
+            std::memcmp(r.gid.raw, gid.raw, sizeof gid.raw) == 0)
+            return &r;
+    return nullptr;
+}
+
+void remember(const device_context& device, std::uint8_t port, const ibv_gid& gid, int index) {
+    std::lock_guard lock(remembered_mutex);
+    remembered_gid* slot = remembered_for(device, port, gid);
+    if (slot == nullptr)
+        slot = &remembered[next_remembered++ % remembered.size()];
+    *slot = {device.native_handle(), port, gid, index};
 }
 
 /// RoCE: the GID of the local address itself (IPv4-mapped for IPv4), else
 /// the first usable one of the family.
-int local_gid_index(const device_context& device, std::uint8_t port, const sockaddr* local, bool v4, int family) {
+int local_gid_index(const device_context& device, std::uint8_t port, const sockaddr* local, bool v4) {
     std::optional<ibv_gid> mine;
     if (v4 && local != nullptr) {
         mine.emplace();
@@ -124,15 +150,13 @@ int local_gid_index(const device_context& device, std::uint8_t port, const socka
         int known = -1;
         {
             std::lock_guard lock(remembered_mutex);
-            for (const auto& r : remembered)
-                if (r.context == device.native_handle() && r.port == port &&
-                    std::memcmp(r.gid.raw, mine->raw, sizeof mine->raw) == 0)
-                    known = r.index;
+            if (const remembered_gid* r = remembered_for(device, port, *mine))
+                known = r->index;
         }
         if (known >= 0 && entry_holds(device, port, known, *mine))
             return known;
     }
-    std::vector<usable_gid> gids = usable_gids(device, port, family);
+    std::vector<usable_gid> gids = usable_gids(device, port, v4 ? AF_INET : AF_INET6);
     if (gids.empty())
         throw std::invalid_argument("builder: no RoCE v2 " + std::string(v4 ? "IPv4" : "IPv6") + " GID on " +
                                     device.name() + " port " + std::to_string(port) +
@@ -142,8 +166,7 @@ int local_gid_index(const device_context& device, std::uint8_t port, const socka
     std::string text = gid_text(*mine);
     for (const auto& g : gids)
         if (g.text == text) {
-            std::lock_guard lock(remembered_mutex);
-            remembered[next_remembered++ % remembered.size()] = {device.native_handle(), port, *mine, g.index};
+            remember(device, port, *mine, g.index);
             return g.index;
         }
     return gids.front().index;
@@ -215,7 +238,6 @@ qp_connect_options qp_options(const connection_settings& s, const device_context
         const auto* a6 = reinterpret_cast<const sockaddr_in6*>(local);
         v4 = std::memcmp(a6->sin6_addr.s6_addr, v4_prefix, sizeof v4_prefix) == 0;
     }
-    int gid_family = v4 ? AF_INET : AF_INET6;
     ibv_port_attr port_attr = device.query_port(o.port);
     if (s.gid_index >= 0) {
         if (s.gid_index < port_attr.gid_tbl_len && usable_entry(device, o.port, port_attr, s.gid_index, v4))
@@ -225,7 +247,7 @@ qp_connect_options qp_options(const connection_settings& s, const device_context
     } else if (port_attr.link_layer != IBV_LINK_LAYER_ETHERNET) {
         o.gid_index = 0;
     } else {
-        o.gid_index = local_gid_index(device, o.port, local, v4, gid_family);
+        o.gid_index = local_gid_index(device, o.port, local, v4);
     }
 
     o.mtu = s.path_mtu;
