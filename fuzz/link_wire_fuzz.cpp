@@ -61,8 +61,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     if (!why.empty())
         die("decode accepted a frame but set a reason", why);
-    if (size < wire::header_size)
-        die("decode accepted a frame shorter than the header", std::to_string(size) + " bytes");
+    std::size_t header = wire::header_length(h->type);
+    if (size < header)
+        die("decode accepted a frame shorter than its header", std::to_string(size) + " bytes");
 
     // name() answers "?" only for a type outside the enum; an op is the
     // link's (none, message, stream) or in the range its owner numbers.
@@ -73,11 +74,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             std::to_string(static_cast<int>(h->type)) + ", " + std::to_string(static_cast<int>(h->op)));
 
     std::byte out[wire::header_size];
-    wire::encode(*h, std::span<std::byte, wire::header_size>(out));
-    if (std::memcmp(out, data, wire::header_size) != 0)
+    if (wire::encode(*h, std::span<std::byte, wire::header_size>(out)) != header)
+        die("encode wrote a header of another length than header_length", wire::name(h->type));
+    if (std::memcmp(out, data, header) != 0)
         die("re-encoding the decoded header changed its bytes", wire::name(h->type));
 
-    std::size_t payload = size - wire::header_size;
+    std::size_t payload = size - header;
     bool carries = h->type == wire::frame::data || h->type == wire::frame::abort;
     if (carries ? h->size != payload : payload != 0)
         die("decode accepted a frame whose length disagrees with its header",

@@ -1,14 +1,13 @@
 // Writes the seed corpora of the fuzz targets agent_protocol, link_wire,
-// endpoint_message, cm_hello and rendezvous (fuzz/corpus/TARGET/NAME): one
-// valid input of each kind, made with the library's own encoders, so that
-// libFuzzer starts from inputs its decoders accept and every rule is a
-// mutation or two away. (The seeds of rpc_wire came before this program
-// and are kept as they are.) The seeds are committed; run this again only
+// endpoint_message, cm_hello, rendezvous and rpc_wire
+// (fuzz/corpus/TARGET/NAME): one valid input of each kind, made with the
+// library's own encoders, so that libFuzzer starts from inputs its
+// decoders accept and every rule is a mutation or two away. The seeds are committed; run this again only
 // when a format changes, and commit what it writes:
 //
 //   clang++-14 -std=c++20 -I include -I lib -o /tmp/make_seeds fuzz/make_seeds.cpp \
 //       lib/agent/agent_protocol.cpp lib/link/link_wire.cpp \
-//       lib/connect/tcp/endpoint_message.cpp lib/group/bootstrap/rendezvous_message.cpp
+//       lib/connect/tcp/endpoint_message.cpp lib/group/bootstrap/rendezvous_message.cpp lib/rpc/rpc_wire.cpp
 //   /tmp/make_seeds fuzz/corpus
 //
 // Every format is little-endian (docs/wire-formats.md), whatever the host.
@@ -34,9 +33,11 @@
 #include "connect/tcp/endpoint_message.hpp"
 #include "group/bootstrap/rendezvous_message.hpp"
 #include "link/link_wire.hpp"
+#include "rpc/rpc_wire.hpp"
 
 namespace cd = cordma::detail;
 namespace lw = cordma::detail::link_wire;
+namespace rw = cordma::detail::rpc_wire;
 
 namespace {
 
@@ -62,9 +63,11 @@ void write(const std::string& target, const std::string& name, const void* data,
 // The link's frames: a header, and for data and abort frames the payload.
 void link_frame(const std::string& name, lw::header h, const std::string& payload = {}) {
     h.size = (h.type == lw::frame::data || h.type == lw::frame::abort) ? payload.size() : h.size;
-    std::vector<std::byte> bytes(lw::header_size + payload.size());
-    lw::encode(h, std::span<std::byte, lw::header_size>(bytes.data(), lw::header_size));
-    std::memcpy(bytes.data() + lw::header_size, payload.data(), payload.size());
+    std::byte head[lw::header_size];
+    std::size_t n = lw::encode(h, head);
+    std::vector<std::byte> bytes(head, head + n);
+    bytes.resize(n + payload.size());
+    std::memcpy(bytes.data() + n, payload.data(), payload.size());
     std::string why;
     if (!lw::decode(bytes, why))
         refused("link_wire", name, why);
@@ -290,6 +293,44 @@ void rendezvous_seeds() {
 
 }  // namespace
 
+// cordma::rpc's frames: a 16-byte header and its payload (a request or
+// response inline), or 48 bytes (every other frame).
+void rpc_frame(const std::string& name, rw::header h, const std::string& payload = {}) {
+    h.size = rw::carries_payload(h.type) ? payload.size() : h.size;
+    std::byte head[rw::header_size];
+    std::size_t n = rw::encode(h, head);
+    std::vector<std::byte> bytes(head, head + n);
+    bytes.resize(n + payload.size());
+    std::memcpy(bytes.data() + n, payload.data(), payload.size());
+    std::string why;
+    if (!rw::decode(bytes, why))
+        refused("rpc_wire", name, why);
+    write("rpc_wire", name, bytes.data(), bytes.size());
+}
+
+void rpc_wire_seeds() {
+    using rw::frame;
+    rpc_frame("hello_client", {.type = frame::hello, .code = rw::version, .size = 4048, .addr = 1 << 20,
+                               .rkey = 16336});
+    rpc_frame("hello_server", {.type = frame::hello, .credits = 16, .id = 0x7f00deadb000ull,
+                               .code = rw::version | rw::hello_deferred_credits << 16, .size = 4048,
+                               .addr = 1 << 20, .rkey = 0x1234});
+    rpc_frame("request", {.type = frame::request, .id = 7, .code = 42}, "hello, server");
+    rpc_frame("request_rts", {.type = frame::request_rts, .id = 8, .code = 42, .size = 1 << 20,
+                              .addr = 0x7f0000100000ull, .rkey = 0x99});
+    rpc_frame("response", {.type = frame::response, .credits = 1, .id = 7}, "hello, client");
+    rpc_frame("response_error", {.type = frame::response, .credits = 1, .id = 9, .code = 3}, "no method 5");
+    rpc_frame("response_rts", {.type = frame::response_rts, .credits = 1, .id = 8, .size = 1 << 20,
+                               .addr = 0x7f0000200000ull, .rkey = 0x77});
+    rpc_frame("done", {.type = frame::done, .id = 8});
+    rpc_frame("done_room", {.type = frame::done, .id = 10, .code = 34, .size = 4048, .addr = 70});
+    rpc_frame("credit", {.type = frame::credit, .credits = 4, .size = 2});
+    rpc_frame("release", {.type = frame::release, .credits = 2});
+    rpc_frame("grow", {.type = frame::grow, .credits = 1});
+    rpc_frame("shrink", {.type = frame::shrink});
+    rpc_frame("pad", {.type = frame::pad});
+}
+
 int main(int argc, char** argv) {
     if (argc != 2) {
         std::fprintf(stderr, "usage: make_seeds CORPUS-DIR (fuzz/corpus)\n");
@@ -301,7 +342,9 @@ int main(int argc, char** argv) {
     endpoint_seeds();
     cm_hello_seeds();
     rendezvous_seeds();
-    std::printf("make_seeds: wrote the seeds of agent_protocol, link_wire, endpoint_message, cm_hello and rendezvous "
+    rpc_wire_seeds();
+    std::printf("make_seeds: wrote the seeds of agent_protocol, link_wire, endpoint_message, cm_hello, rendezvous "
+                "and rpc_wire "
                 "under %s\n",
                 argv[1]);
     return 0;

@@ -5,8 +5,8 @@
 // hello in the private data of a connect request or accept. So decode must
 // never read out of bounds or fail with anything but a reason. Beyond not
 // crashing, whatever decode accepts must be what encode writes, byte for
-// byte: the header decode hands back re-encodes to the input's first 48
-// bytes, so no bit decode ignores (a reserved word, a stray version) slips
+// byte: the header decode hands back re-encodes to the input's first 16
+// (an inline request or response) or 48 bytes, so no bit decode ignores (a reserved word, a stray version) slips
 // past it; and the frame's length agrees with the header, since the server
 // and client take the payload to be everything after the header. `why` is
 // the one way a caller learns what was wrong, so it is empty on success
@@ -59,14 +59,18 @@ void check(std::span<const std::byte> in, const char* where) {
     if (!why.empty())
         die(where, "decode accepted a frame but set a reason", why);
 
+    std::size_t header = wire::header_length(h->type);
+    if (in.size() < header)
+        die(where, "decode accepted a frame shorter than its header", std::to_string(in.size()) + " bytes");
+    if (h->type != wire::frame::hello && h->id > wire::largest_id)
+        die(where, "decode accepted a call id over 32 bits", std::to_string(h->id));
     std::byte out[wire::header_size];
-    wire::encode(*h, std::span<std::byte, wire::header_size>(out));
-    if (in.size() < wire::header_size)
-        die(where, "decode accepted a frame shorter than the header", std::to_string(in.size()) + " bytes");
-    if (std::memcmp(out, in.data(), wire::header_size) != 0)
+    if (wire::encode(*h, std::span<std::byte, wire::header_size>(out)) != header)
+        die(where, "encode wrote a header of another length than header_length", wire::name(h->type));
+    if (std::memcmp(out, in.data(), header) != 0)
         die(where, "re-encoding the decoded header changed its bytes", wire::name(h->type));
 
-    std::size_t payload = in.size() - wire::header_size;
+    std::size_t payload = in.size() - header;
     if (wire::carries_payload(h->type) ? h->size != payload : payload != 0)
         die(where, "decode accepted a frame whose length disagrees with its header",
             std::string(wire::name(h->type)) + ", size " + std::to_string(h->size) + ", " +

@@ -443,19 +443,27 @@ TEST_CASE("errors reach their call and the connection stays up", "[rpc]") {
 
 namespace {
 
-/// rpc_wire's 48-byte header, written here by hand: what a hostile client
-/// (not cordma's) would send.
+/// rpc_wire's header, written here by hand: what a hostile client (not
+/// cordma's) would send. A request or response (type 2, 4) has the 16-byte
+/// header (its payload's size is the rest of the frame: `size` unused),
+/// every other frame the 48-byte one.
 std::vector<std::byte> frame(std::uint8_t type, std::uint64_t id, std::uint32_t code, std::uint64_t size,
                              std::uint64_t addr = 0, std::uint32_t rkey = 0, std::size_t payload = 0) {
-    std::vector<std::byte> f(48 + payload, std::byte{0x33});
+    bool compact = type == 2 || type == 4;
+    std::vector<std::byte> f((compact ? 16 : 48) + payload, std::byte{0x33});
     auto put = [&](std::size_t at, std::uint64_t v, int n) {
         for (int i = 0; i < n; ++i)
             f[at + i] = static_cast<std::byte>(v >> (8 * i));
     };
     put(0, 0x5052, 2);
-    put(2, 1, 1);
+    put(2, 2, 1);
     put(3, type, 1);
     put(4, 0, 4);
+    if (compact) {
+        put(8, id, 4);
+        put(12, code, 4);
+        return f;
+    }
     put(8, id, 8);
     put(16, code, 4);
     put(20, 0, 4);
@@ -509,7 +517,7 @@ TEST_CASE("a hostile client's frames close only its own connection", "[rpc]") {
     builder cb = test_builder();
     rpc::client good = sync_wait(rpc::client::connect(cb, s.address()));
     std::vector<std::byte> garbage(100, std::byte{0x5a});
-    std::vector<std::byte> truncated = frame(2, 1, 1, 0);
+    std::vector<std::byte> truncated = frame(6, 1, 0, 0);
     truncated.resize(20);
 
     struct hostile {
@@ -519,7 +527,7 @@ TEST_CASE("a hostile client's frames close only its own connection", "[rpc]") {
     std::vector<hostile> cases = {
         {"garbage", {garbage}},
         {"a truncated header", {truncated}},
-        {"a payload length that lies", {frame(2, 1, 1, 500, 0, 0, 10)}},
+        {"a payload after a header-only frame", {frame(6, 1, 0, 0, 0, 0, 10)}},
         {"a request_rts with a forged rkey", {frame(3, 1, 1, 1 << 20, 0x10000, 0xdeadbeef)}},
         {"a done for a call never answered", {frame(6, 42, 0, 0)}},
         {"a response, which only a server sends", {frame(4, 1, 0, 0)}},

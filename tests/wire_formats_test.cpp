@@ -251,21 +251,34 @@ TEST_CASE("an rpc frame header round-trips, and decode names what is wrong with 
     namespace wire = detail::rpc_wire;
     std::string why;
     auto frame_of = [](const wire::header& h, std::size_t payload) {
-        std::vector<std::byte> bytes(wire::header_size + payload, std::byte{0x5a});
-        wire::encode(h, std::span<std::byte, wire::header_size>(bytes.data(), wire::header_size));
+        std::vector<std::byte> bytes(wire::header_length(h.type) + payload, std::byte{0x5a});
+        std::byte head[wire::header_size];
+        std::size_t n = wire::encode(h, head);
+        CHECK(n == wire::header_length(h.type));
+        std::copy_n(head, n, bytes.begin());
         return bytes;
     };
 
-    wire::header request{wire::frame::request, 0, 0x0102030405060708ull, 42, 5, 0, 0};
+    // An inline request or response: a 16-byte header, 32-bit id, the
+    // payload's size the rest of the frame.
+    wire::header request{wire::frame::request, 0, 0x05060708u, 42, 5, 0, 0};
     auto bytes = frame_of(request, 5);
+    CHECK(bytes.size() == 16 + 5);
     CHECK(bytes[0] == std::byte{0x52});  // little-endian magic "RP"
     CHECK(bytes[1] == std::byte{0x50});
+    CHECK(bytes[2] == std::byte{2});  // version 2
     auto back = wire::decode(bytes, why);
     REQUIRE(back);
     CHECK(back->type == wire::frame::request);
-    CHECK(back->id == 0x0102030405060708ull);
+    CHECK(back->id == 0x05060708u);
     CHECK(back->code == 42);
     CHECK(back->size == 5);
+    wire::header response{wire::frame::response, 3, wire::largest_id, 0, 0, 0, 0};
+    back = wire::decode(frame_of(response, 0), why);
+    REQUIRE(back);
+    CHECK(back->credits == 3);
+    CHECK(back->id == wire::largest_id);
+    CHECK(back->size == 0);
 
     wire::header rts{wire::frame::response_rts, 3, 9, 0, 1ull << 26, 0x7f0000001000ull, 0xabcd};
     back = wire::decode(frame_of(rts, 0), why);
@@ -281,20 +294,25 @@ TEST_CASE("an rpc frame header round-trips, and decode names what is wrong with 
         CHECK_FALSE(wire::decode(b, why));
         CHECK_THAT(why, Catch::Contains(expected));
     };
-    rejected(std::vector<std::byte>(47), "shorter than the 48-byte header");
+    rejected(std::vector<std::byte>(15), "shorter than the shortest (16-byte) header");
+    auto short_rts = frame_of(rts, 0);
+    short_rts.resize(47);
+    rejected(short_rts, "shorter than its 48-byte header");
     auto b = frame_of(request, 5);
     b[0] = std::byte{0};
     rejected(b, "magic");
     b = frame_of(request, 5);
-    b[2] = std::byte{2};
-    rejected(b, "protocol version 2");
+    b[2] = std::byte{1};  // a version-1 peer: 48-byte headers everywhere
+    rejected(b, "protocol version 1 (this side speaks 2");
     b = frame_of(request, 5);
     b[3] = std::byte{99};
     rejected(b, "unknown type 99");
-    b = frame_of(request, 5);
+    b = frame_of(rts, 0);
     b[20] = std::byte{1};
     rejected(b, "reserved bytes");
-    rejected(frame_of(request, 4), "header says 5 bytes of payload");
+    b = frame_of(rts, 0);
+    b[12] = std::byte{1};  // the id's high half: ids are 32 bits
+    rejected(b, "over 32 bits");
     rejected(frame_of(rts, 3), "header says 0 bytes of payload");
     rejected(frame_of(wire::header{wire::frame::request_rts, 0, 1, 1, 0, 4096, 7}, 0), "for 0 bytes");
     rejected(frame_of(wire::header{wire::frame::done, 0, 1, 0, 0, 4096, 7}, 0), "address or key");

@@ -229,8 +229,9 @@ def main():
                   f"{', '.join(f'{x:.2f}' for x in row['ratio_per_round']) or '–'} | "
                   f"{fmt(row['cordma_packets_per_call'], 1)} / {fmt(row['ib_send_lat_packets_per_exchange'], 1)} |")
     md += ["", "Packets: rxe0's `sent_pkts` over the measurement (both processes, ACKs included) per cordma call "
-           "(warm-up calls counted) and per ib_send_lat exchange. cordma's frame is the payload behind a 48-byte "
-           "header, so a 4 KiB call is two packets each way at a 4096-byte MTU where ib_send_lat's 4 KiB SEND is one.",
+           "(warm-up calls counted) and per ib_send_lat exchange. cordma's request and response are the payload "
+           "behind a 16-byte header (rpc protocol 2; 48 bytes before 2026-12-06), so a call of up to 4080 bytes is "
+           "one packet each way at a 4096-byte MTU, and a 4 KiB call two where ib_send_lat's 4 KiB SEND is one.",
            ""]
     if tput:
         depths = meta["depths"]

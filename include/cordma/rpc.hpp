@@ -123,7 +123,8 @@ public:
 /// range throws std::invalid_argument naming the field).
 struct server_options {
     /// Requests up to this many bytes travel inline (each receive of the
-    /// server holds one, behind the 48-byte header); larger ones by
+    /// server holds one, behind its header, of 16 bytes, in a receive of
+    /// eager_size + 48 bytes, as every frame's must fit); larger ones by
     /// rendezvous. 64 B to 1 MiB.
     std::size_t eager_size = 4096;
     /// Receives in the shared receive queue, for all clients together, and

@@ -99,13 +99,12 @@ int port_of(const std::string& endpoint) {
 void probe_peers(cordma_context& ctx, call_state& st, clock::time_point now) {
     bool starved = now - st.last_tick > 3 * tick_interval;
     st.last_tick = now;
-    auto precise = std::chrono::steady_clock::now();  // the links' clock; once a tick
     for (auto& p : ctx.peers) {
         if (!p->usable || !p->link)
             continue;
         if (starved)
-            p->link->excuse_silence(precise);
-        p->link->probe(precise, std::chrono::milliseconds(ctx.config.peer_timeout_ms));
+            p->link->excuse_silence(now);
+        p->link->probe(now, std::chrono::milliseconds(ctx.config.peer_timeout_ms));
     }
 }
 

@@ -108,9 +108,13 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     std::optional<std::stop_callback<forward>> forwarding;
     if (call.stop.stop_possible())
         forwarding.emplace(call.stop, forward{stop_});
-    auto now = std::chrono::steady_clock::now();
+    // The coarse clock (a few nanoseconds to read, where a precise read
+    // costs a microsecond on a slow clock source), its resolution added so
+    // that no deadline passes early.
+    auto now = coarse_clock::now();
     // Beyond a year is "forever" (and no overflow in the sum).
-    deadline_ = timeout < std::chrono::hours(24 * 365) ? now + timeout : std::chrono::steady_clock::time_point::max();
+    deadline_ = timeout < std::chrono::hours(24 * 365) ? now + timeout + coarse_clock::resolution()
+                                                       : coarse_clock::time_point::max();
     tick_at(std::min(deadline_, now + tick_interval));
     current_.token = stop_.get_token();
 
@@ -144,12 +148,12 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     throw_failure();
 }
 
-void group_core::tick_at(std::chrono::steady_clock::time_point at) {
+void group_core::tick_at(coarse_clock::time_point at) {
     if (ticking_ && next_tick_ <= at)
         return;
     ticking_ = true;
     next_tick_ = at;
-    auto delay = std::max(at - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
+    auto delay = std::max(at - coarse_clock::now(), coarse_clock::duration(0));
     std::weak_ptr<group_core> weak = weak_from_this();
     event_listener_->call_after(delay, [weak, at] {
         auto self = weak.lock();
@@ -164,7 +168,7 @@ void group_core::tick() {
     // (next_tick_ still says when this tick was due.)
     if (failure_ || (!busy_ && p2p_calls_.empty()))
         return;
-    auto now = std::chrono::steady_clock::now();
+    auto now = coarse_clock::now();
     auto next = now + tick_interval;
     if (busy_) {
         if (now >= deadline_)

@@ -18,6 +18,7 @@
 #include <cordma/local_mr.hpp>
 #include <cordma/task.hpp>
 
+#include "core/coarse_clock.hpp"
 #include "group/collective.hpp"
 #include "group/fan_out.hpp"
 #include "group/mailbox.hpp"
@@ -117,10 +118,10 @@ private:
     [[noreturn]] void throw_stopped(const p2p_scope& scope, const std::string& what) const;
     /// Stops the point-to-point calls whose deadline has passed; returns
     /// the earliest deadline of the others (time_point::max() for none).
-    std::chrono::steady_clock::time_point expire_p2p_calls(std::chrono::steady_clock::time_point now);
+    coarse_clock::time_point expire_p2p_calls(coarse_clock::time_point now);
 
     /// Arms a tick for `at` unless one is due by then.
-    void tick_at(std::chrono::steady_clock::time_point at);
+    void tick_at(coarse_clock::time_point at);
     void tick();
 
     cordma::builder builder_;
@@ -134,11 +135,11 @@ private:
     std::uint32_t next_seq_ = 0;
     bool busy_ = false;
     // The collective in progress: when it must end, and what stops it.
-    std::chrono::steady_clock::time_point deadline_{};
+    coarse_clock::time_point deadline_{};
     std::stop_source stop_;
     // One timer at a time checks the deadline and sends keepalives while a
     // collective runs (no timer per collective).
-    std::chrono::steady_clock::time_point next_tick_{};
+    coarse_clock::time_point next_tick_{};
     bool ticking_ = false;
     bool closed_ = false;
     local_mr scratch_;

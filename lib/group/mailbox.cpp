@@ -92,7 +92,7 @@ void mailbox::keep(peer_link& from, inbound_frame frame) {
         from.release(e.frame);
         e.how = entry::state::announced;
     } else if (copied_[s] < copy_budget_) {
-        const std::byte* payload = e.frame.message.data() + wire::header_size;
+        const std::byte* payload = e.frame.message.data() + wire::data_header_size;
         e.bytes.assign(payload, payload + h.size);
         from.release(e.frame);
         e.how = entry::state::copied;

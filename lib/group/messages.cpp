@@ -21,7 +21,6 @@ namespace cordma {
 namespace detail {
 
 namespace wire = link_wire;
-using clock = std::chrono::steady_clock;
 
 class group_core::p2p_scope {
 public:
@@ -29,9 +28,10 @@ public:
         : core_(core),
           timeout_(call.timeout.count() > 0 ? call.timeout : core.options().operation_timeout),
           user_stop_(call.stop) {
-        auto now = clock::now();
+        auto now = coarse_clock::now();
         // Beyond a year is "forever" (and no overflow in the sum).
-        deadline_ = timeout_ < std::chrono::hours(24 * 365) ? now + timeout_ : clock::time_point::max();
+        deadline_ = timeout_ < std::chrono::hours(24 * 365) ? now + timeout_ + coarse_clock::resolution()
+                                                            : coarse_clock::time_point::max();
         if (call.stop.stop_possible())
             forwarding_.emplace(call.stop, forward{stop_});
         core_.p2p_calls_.push_back(this);
@@ -44,7 +44,7 @@ public:
     std::stop_token token() const noexcept { return stop_.get_token(); }
     bool stopped_by_caller() const noexcept { return user_stop_.stop_requested(); }
     std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-    clock::time_point deadline() const noexcept { return deadline_; }
+    coarse_clock::time_point deadline() const noexcept { return deadline_; }
     void expire() { stop_.request_stop(); }
 
 private:
@@ -54,14 +54,14 @@ private:
     };
     group_core& core_;
     std::chrono::milliseconds timeout_;
-    clock::time_point deadline_;
+    coarse_clock::time_point deadline_;
     std::stop_token user_stop_;
     std::stop_source stop_;
     std::optional<std::stop_callback<forward>> forwarding_;
 };
 
-clock::time_point group_core::expire_p2p_calls(clock::time_point now) {
-    auto earliest = clock::time_point::max();
+coarse_clock::time_point group_core::expire_p2p_calls(coarse_clock::time_point now) {
+    auto earliest = coarse_clock::time_point::max();
     // Stopping posts the waits' wake-ups (nothing resumes inside this loop).
     for (p2p_scope* c : p2p_calls_) {
         if (now >= c->deadline())
@@ -170,7 +170,7 @@ task<message_info> group_core::recv_message(int source, local_slice into, std::u
             std::memcpy(into.data(), e.bytes.data(), h.size);
     } else {
         if (h.size != 0)
-            std::memcpy(into.data(), e.frame.message.data() + wire::header_size, h.size);
+            std::memcpy(into.data(), e.frame.message.data() + wire::data_header_size, h.size);
         l.release(e.frame);
     }
     co_return message_info{e.source, h.root, static_cast<std::size_t>(h.size)};

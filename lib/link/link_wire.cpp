@@ -4,30 +4,33 @@
 
 namespace cordma::detail::link_wire {
 
-void encode(const header& h, std::span<std::byte, header_size> out) noexcept {
+std::size_t encode(const header& h, std::span<std::byte> out) noexcept {
     byte_writer w(out);
     w.u16(magic);
     w.u8(static_cast<std::uint8_t>(h.type));
     w.u8(static_cast<std::uint8_t>(h.op));
     w.u16(h.step);
-    w.zeros(2);
+    w.u16(h.type == frame::hello ? version : 0);
     w.u32(h.seq);
     w.u32(h.acked);
     w.u32(h.root);
     w.u32(h.extra);
+    if (h.type == frame::data)
+        return data_header_size;
     w.u64(h.size);
     w.u64(h.addr);
     w.u32(h.rkey);
     w.zeros(4);
+    return header_size;
 }
 
 std::optional<header> decode(std::span<const std::byte> bytes, std::string& why) {
-    if (bytes.size() < header_size) {
-        why = "a frame of " + std::to_string(bytes.size()) + " bytes, shorter than the " +
-              std::to_string(header_size) + "-byte header";
+    if (bytes.size() < data_header_size) {
+        why = "a frame of " + std::to_string(bytes.size()) + " bytes, shorter than the shortest (" +
+              std::to_string(data_header_size) + "-byte) header";
         return std::nullopt;
     }
-    byte_reader r(bytes.first(header_size));
+    byte_reader r(bytes.first(data_header_size));
     if (r.u16() != magic) {
         why = "a frame without the link's magic number (not a cordma peer?)";
         return std::nullopt;
@@ -39,6 +42,12 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
         return std::nullopt;
     }
     h.type = static_cast<frame>(type);
+    std::size_t length = header_length(h.type);
+    if (bytes.size() < length) {
+        why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +
+              " bytes, shorter than its " + std::to_string(length) + "-byte header";
+        return std::nullopt;
+    }
     auto op = r.u8();
     if (op > static_cast<std::uint8_t>(link_wire::op::stream)) {
         why = "a frame of unknown op " + std::to_string(op);
@@ -51,18 +60,37 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     h.acked = r.u32();
     h.root = r.u32();
     h.extra = r.u32();
-    h.size = r.u64();
-    h.addr = r.u64();
-    h.rkey = r.u32();
+    if (h.type == frame::hello) {
+        // A hello's reserved bytes are the version: a v1 peer (48-byte data
+        // headers) wrote 0 there.
+        if (reserved != version) {
+            why = "a hello of link protocol " + std::to_string(reserved == 0 ? 1 : reserved) + ", this side speaks " +
+                  std::to_string(version) + " (the two ends run different cordma versions: use the same on both)";
+            return std::nullopt;
+        }
+        reserved = 0;
+    }
+    if (h.type == frame::data) {
+        if (reserved != 0) {
+            why = "a data frame with its reserved bytes set";
+            return std::nullopt;
+        }
+        h.size = bytes.size() - data_header_size;
+        return h;
+    }
+    byte_reader rest(bytes.subspan(data_header_size, header_size - data_header_size));
+    h.size = rest.u64();
+    h.addr = rest.u64();
+    h.rkey = rest.u32();
     // encode writes zeros there: a frame with anything else is not one
     // cordma wrote, and refusing it keeps those bytes free for a later
     // version (as rpc_wire and the agent's messages do).
-    if (reserved != 0 || r.u32() != 0) {
+    if (reserved != 0 || rest.u32() != 0) {
         why = std::string("a ") + name(h.type) + " frame with its reserved bytes set";
         return std::nullopt;
     }
     std::size_t payload = bytes.size() - header_size;
-    bool carries = h.type == frame::data || h.type == frame::abort;
+    bool carries = h.type == frame::abort;
     if (carries ? h.size != payload : payload != 0) {
         why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +
               " bytes whose header says " + std::to_string(carries ? h.size : 0) + " bytes of payload";

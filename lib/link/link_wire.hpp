@@ -11,7 +11,7 @@
 /// 12  u32 acked: how many of the receiver's credit-counted frames (data,
 ///     rts) the sender has handled so far (wraps)
 /// 16  u32 root                   20  u32 extra (the owner's)
-/// 24  u64 size: payload bytes (data: after the header; rts: in the
+/// 24  u64 size: payload bytes (abort: after the header; rts: in the
 ///     sender's buffer)
 /// 32  u64 addr                   40  u32 rkey   44  u32 reserved (0)
 ///
@@ -32,7 +32,13 @@
 namespace cordma::detail::link_wire {
 
 inline constexpr std::uint16_t magic = 0x4347;
+/// The link protocol a hello names (2: data frames with the 24-byte
+/// header). A peer speaking another is refused when its hello arrives.
+inline constexpr std::uint16_t version = 2;
+/// Every frame's header but a data frame's.
 inline constexpr std::size_t header_size = 48;
+/// A data frame's header.
+inline constexpr std::size_t data_header_size = 24;
 
 enum class frame : std::uint8_t {
     hello = 1,   ///< who is on each end, and the terms of the link
@@ -84,11 +90,25 @@ struct header {
     std::uint32_t rkey = 0;
 };
 
-void encode(const header& h, std::span<std::byte, header_size> out) noexcept;
+/// Bytes of the header of a frame of `type`: where its payload starts.
+constexpr std::size_t header_length(frame type) noexcept {
+    return type == frame::data ? data_header_size : header_size;
+}
+
+/// Writes `h` (header_length(h.type) bytes, a hello with `version`) at the
+/// front of `out` (at least that long); returns the
+/// bytes written.
+std::size_t encode(const header& h, std::span<std::byte> out) noexcept;
 /// The header of `frame`, or nothing with the reason in `why` (bad magic,
-/// unknown type or op, reserved bytes set, a size that does not
-/// match the frame's length).
+/// unknown type or op, reserved bytes set, a hello of another protocol
+/// version, a size that does not match the frame's length). A data
+/// frame's size is its length less its header.
 std::optional<header> decode(std::span<const std::byte> frame, std::string& why);
+
+/// The payload of a data or abort frame that decode() accepted as `h`.
+inline std::span<const std::byte> payload(std::span<const std::byte> frame, const header& h) noexcept {
+    return frame.subspan(header_length(h.type), static_cast<std::size_t>(h.size));
+}
 
 /// "message", "stream", "none"; a module op: "op 3" (its owner names it).
 std::string name(link_wire::op o);

@@ -165,7 +165,7 @@ void peer_link::link_gone() const {
 }
 
 void peer_link::on_frame(wire::header h, received_message m) {
-    last_heard_ = std::chrono::steady_clock::now();
+    ++frames_heard_;
     if (h.type != wire::frame::abort)
         credit_returned(h.acked);
     switch (h.type) {
@@ -430,11 +430,11 @@ std::string peer_link::op_name(wire::op o) const {
     return core ? core->op_name(o) : wire::name(o);
 }
 
-void peer_link::probe(std::chrono::steady_clock::time_point now, std::chrono::milliseconds patience) {
+void peer_link::probe(coarse_clock::time_point now, std::chrono::milliseconds patience) {
     if (lost_ || conn_.is_broken())
         return;
     if (ping_outstanding_) {
-        if (last_heard_ >= ping_sent_)
+        if (frames_heard_ != heard_at_ping_)
             ping_outstanding_ = false;  // answered (by the pong or anything else)
         else if (now - ping_sent_ > patience) {
             // RC retries cannot be relied on to notice (on rxe, sends to a
@@ -450,6 +450,7 @@ void peer_link::probe(std::chrono::steady_clock::time_point now, std::chrono::mi
         return;
     ping_outstanding_ = true;
     ping_sent_ = now;
+    heard_at_ping_ = frames_heard_;
     wire::header h;
     h.type = wire::frame::ping;
     send_control(h);

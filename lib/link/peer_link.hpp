@@ -49,6 +49,7 @@
 
 #include "engine/waiter_queue.hpp"
 #include "link/elastic_receives.hpp"
+#include "core/coarse_clock.hpp"
 #include "link/link_wire.hpp"
 
 namespace cordma::detail {
@@ -267,11 +268,11 @@ public:
     /// Liveness, called once a tick while the owner waits: sends a ping
     /// unless one is unanswered; if one has gone unanswered for longer than
     /// `patience`, the link is lost (naming why).
-    void probe(std::chrono::steady_clock::time_point now, std::chrono::milliseconds patience);
+    void probe(coarse_clock::time_point now, std::chrono::milliseconds patience);
     /// This process was starved until `now`: an unanswered ping counts as
     /// sent now.
-    void excuse_silence(std::chrono::steady_clock::time_point now) {
-        if (ping_outstanding_ && last_heard_ < ping_sent_)
+    void excuse_silence(coarse_clock::time_point now) {
+        if (ping_outstanding_ && frames_heard_ == heard_at_ping_)
             ping_sent_ = now;
     }
     /// Tells the peer the owner failed (best effort, once).
@@ -437,8 +438,12 @@ private:
     bool drain_waiting_ = false;
     std::string gone_reason_;        // why the connection went, once it has
     bool lost_ = false;
-    std::chrono::steady_clock::time_point last_heard_{};  // the last frame from the peer
-    std::chrono::steady_clock::time_point ping_sent_{};
+    // Frames from the peer, counted (not timed: a clock read per frame
+    // cost a microsecond where the clock source is slow), and the count
+    // when the outstanding ping went out: any frame since answers it.
+    std::uint64_t frames_heard_ = 0;
+    std::uint64_t heard_at_ping_ = 0;
+    coarse_clock::time_point ping_sent_{};
     bool ping_outstanding_ = false;
     bool abort_sent_ = false;
     bool abort_received_ = false;

@@ -180,9 +180,9 @@ void peer_link::send_control(wire::header h, const std::string& payload) {
     if (h.type == wire::frame::abort)
         h.size = payload.size();  // a room frame's size is the room it grants
     std::byte* at = slot_data(slot);
-    wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
-    std::memcpy(at + wire::header_size, payload.data(), payload.size());
-    post_slot(slot, wire::header_size + payload.size());
+    std::size_t header = wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
+    std::memcpy(at + header, payload.data(), payload.size());
+    post_slot(slot, header + payload.size());
 }
 
 task<void> peer_link::send(wire::header h, local_slice payload, std::stop_token token) {
@@ -223,7 +223,7 @@ void peer_link::post_rts(std::size_t slot, wire::header h, const local_slice& pa
 
 void peer_link::post_inline(std::size_t slot, wire::header h, std::span<const std::byte> payload) {
     std::size_t room = room_at(next_frame_);
-    std::size_t holds = (slot < small_slot_count_ ? small_slot_size_ : big_slot_size_) - wire::header_size;
+    std::size_t holds = (slot < small_slot_count_ ? small_slot_size_ : big_slot_size_) - wire::data_header_size;
     if (payload.size() > room || payload.size() > holds)
         throw std::logic_error("cordma: " + name_ + ": an inline frame of " + std::to_string(payload.size()) +
                                " bytes where the peer's receive holds " + std::to_string(room) + " and the slot " +
@@ -235,10 +235,10 @@ void peer_link::post_inline(std::size_t slot, wire::header h, std::span<const st
     acked_sent_ = handled_;
     h.type = wire::frame::data;
     h.size = payload.size();
-    wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
+    wire::encode(h, std::span<std::byte, wire::data_header_size>(at, wire::data_header_size));
     if (!payload.empty())
-        std::memcpy(at + wire::header_size, payload.data(), payload.size());
-    post_slot(slot, wire::header_size + payload.size());
+        std::memcpy(at + wire::data_header_size, payload.data(), payload.size());
+    post_slot(slot, wire::data_header_size + payload.size());
 }
 
 task<void> peer_link::send_inline(wire::header h, std::span<const std::byte> payload, std::stop_token token) {

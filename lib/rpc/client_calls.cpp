@@ -22,7 +22,7 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
     auto self = shared_from_this();
     if (!event_listener_->running_in_this_thread())
         co_await event_listener_->schedule();
-    c.id = next_id_++;
+    c.id = take_id();
     c.method = method;
     if (broken_)
         throw rpc_error(broken_->first, what_call(c) + ": " + broken_->second);
@@ -77,6 +77,7 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
         std::span<const std::byte> inline_bytes;
         std::string error;
         local_mr buffer;
+        std::size_t header = 0;
         try {
             if (request.size() <= server_eager_) {
                 h.type = wire::frame::request;
@@ -90,10 +91,11 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
                 h.addr = reinterpret_cast<std::uint64_t>(request.data());
                 h.rkey = c.registration.rkey();
             }
-            buffer = buffers_.take(wire::header_size + inline_bytes.size());
-            wire::encode(h, buffer.bytes().first<wire::header_size>());
+            header = wire::header_length(h.type);
+            buffer = buffers_.take(header + inline_bytes.size());
+            wire::encode(h, buffer.bytes());
             if (!inline_bytes.empty())
-                std::memcpy(buffer.data() + wire::header_size, inline_bytes.data(), inline_bytes.size());
+                std::memcpy(buffer.data() + header, inline_bytes.data(), inline_bytes.size());
         } catch (const std::exception& e) {
             error = e.what();
         }
@@ -103,7 +105,7 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
             c.sent = true;
             bool send_failed = false;
             try {
-                co_await conn_.send(buffer.slice(0, wire::header_size + inline_bytes.size()));
+                co_await conn_.send(buffer.slice(0, header + inline_bytes.size()));
             } catch (const std::exception& e) {
                 send_failed = true;
                 error = e.what();

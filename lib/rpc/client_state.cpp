@@ -106,7 +106,7 @@ void client_state::on_frame(received_message m) {
             c->registration = {};  // answered: the server is done reading its request
         if (h->type == wire::frame::response) {
             if (c != nullptr) {
-                auto payload = m.bytes().subspan(wire::header_size);
+                auto payload = m.bytes().subspan(wire::inline_header_size);
                 if (h->code == 0) {
                     deliver(*c, payload);
                 } else {

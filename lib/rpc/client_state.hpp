@@ -106,6 +106,20 @@ private:
     void grant();
     /// In calls_ under its id, in a spare node if there is one.
     void track(pending_call& c);
+    /// The next call's id: 32 bits (a request's compact header carries
+    /// that many), never 0; once the counter has wrapped, never one a call
+    /// in flight or an orphaned request still has.
+    std::uint64_t take_id() noexcept {
+        for (;;) {
+            std::uint32_t id = next_id_++;
+            if (id == 0) {
+                wrapped_ = true;
+                continue;
+            }
+            if (!wrapped_ || (!calls_.contains(id) && !orphans_.contains(id)))
+                return id;
+        }
+    }
     void forget(pending_call& c) noexcept;
     /// Deadlines: one timer for the earliest of the calls', re-armed as it
     /// fires, rather than one per call (a kernel timeout each, alive for the
@@ -139,7 +153,8 @@ private:
     std::uint64_t server_max_request_ = 0;
     remote_slice liveness_word_;
     local_mr liveness_local_;
-    std::uint64_t next_id_ = 1;
+    std::uint32_t next_id_ = 1;
+    bool wrapped_ = false;  // next_id_ has gone round: take_id checks for ids in use
     std::unordered_map<std::uint64_t, pending_call*> calls_;
     // Nodes of calls_ whose calls ended, for the next calls (track): a call
     // allocates no node while one is here.

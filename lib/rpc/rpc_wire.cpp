@@ -12,12 +12,17 @@ constexpr std::uint8_t last_type = static_cast<std::uint8_t>(frame::pad);
 
 }  // namespace
 
-void encode(const header& h, std::span<std::byte, header_size> out) noexcept {
+std::size_t encode(const header& h, std::span<std::byte> out) noexcept {
     byte_writer w(out);
     w.u16(magic);
     w.u8(version);
     w.u8(static_cast<std::uint8_t>(h.type));
     w.u32(h.credits);
+    if (carries_payload(h.type)) {
+        w.u32(static_cast<std::uint32_t>(h.id));
+        w.u32(h.code);
+        return inline_header_size;
+    }
     w.u64(h.id);
     w.u32(h.code);
     w.zeros(4);
@@ -25,22 +30,23 @@ void encode(const header& h, std::span<std::byte, header_size> out) noexcept {
     w.u64(h.addr);
     w.u32(h.rkey);
     w.zeros(4);
+    return header_size;
 }
 
 std::optional<header> decode(std::span<const std::byte> bytes, std::string& why) {
-    if (bytes.size() < header_size) {
-        why = "a frame of " + std::to_string(bytes.size()) + " bytes, shorter than the " +
-              std::to_string(header_size) + "-byte header";
+    if (bytes.size() < inline_header_size) {
+        why = "a frame of " + std::to_string(bytes.size()) + " bytes, shorter than the shortest (" +
+              std::to_string(inline_header_size) + "-byte) header";
         return std::nullopt;
     }
-    byte_reader r(bytes.first(header_size));
+    byte_reader r(bytes.first(inline_header_size));
     if (r.u16() != magic) {
         why = "a frame without cordma::rpc's magic number (not a cordma rpc peer?)";
         return std::nullopt;
     }
     if (auto v = r.u8(); v != version) {
         why = "a frame of protocol version " + std::to_string(v) + " (this side speaks " + std::to_string(version) +
-              ")";
+              ": the two ends run different cordma versions, use the same on both)";
         return std::nullopt;
     }
     auto type = r.u8();
@@ -51,21 +57,37 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     header h;
     h.type = static_cast<frame>(type);
     h.credits = r.u32();
-    h.id = r.u64();
-    h.code = r.u32();
-    std::uint32_t reserved = r.u32();
-    h.size = r.u64();
-    h.addr = r.u64();
-    h.rkey = r.u32();
-    if (reserved != 0 || r.u32() != 0) {
+    if (carries_payload(h.type)) {
+        h.id = r.u32();
+        h.code = r.u32();
+        h.size = bytes.size() - inline_header_size;
+        return h;
+    }
+    if (bytes.size() < header_size) {
+        why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +
+              " bytes, shorter than its " + std::to_string(header_size) + "-byte header";
+        return std::nullopt;
+    }
+    byte_reader rest(bytes.subspan(8, header_size - 8));
+    h.id = rest.u64();
+    h.code = rest.u32();
+    std::uint32_t reserved = rest.u32();
+    h.size = rest.u64();
+    h.addr = rest.u64();
+    h.rkey = rest.u32();
+    if (reserved != 0 || rest.u32() != 0) {
         why = std::string("a ") + name(h.type) + " frame with its reserved bytes set";
         return std::nullopt;
     }
-    std::size_t payload = bytes.size() - header_size;
-    if (carries_payload(h.type) ? h.size != payload : payload != 0) {
+    // A hello's id is the server's liveness word's address; every other
+    // frame's a call's (32 bits, as a request's compact header has them).
+    if (h.type != frame::hello && h.id > largest_id) {
+        why = std::string("a ") + name(h.type) + " frame with call id " + std::to_string(h.id) + ", over 32 bits";
+        return std::nullopt;
+    }
+    if (bytes.size() != header_size) {
         why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +
-              " bytes whose header says " + std::to_string(carries_payload(h.type) ? h.size : 0) +
-              " bytes of payload";
+              " bytes whose header says 0 bytes of payload";
         return std::nullopt;
     }
     bool rendezvous = h.type == frame::request_rts || h.type == frame::response_rts;

@@ -1,21 +1,26 @@
 #pragma once
 /// The frames of cordma::rpc between a client and a server, one per SEND
 /// (into the server's shared receive queue, or the client's receive
-/// queue). Every frame starts with a fixed 48-byte header, little-endian;
-/// inline frames carry their payload right after it. docs/rpc.md describes
-/// the protocol.
+/// queue), little-endian. A request or a response with its payload inline
+/// (the frames of almost every call) has a 16-byte header, its payload's
+/// size being the rest of the frame; every other frame a 48-byte one.
+/// docs/rpc.md describes the protocol, docs/wire-formats.md the bytes.
 ///
-///  0  u16 magic 0x5052 ("RP")     2  u8 version (1)     3  u8 type
+/// request, response (16 bytes, then the payload):
+///  0  u16 magic 0x5052 ("RP")     2  u8 version (2)     3  u8 type
+///  4  u32 credits                 8  u32 id            12  u32 code
+///
+/// every other frame (48 bytes):
+///  0  u16 magic 0x5052 ("RP")     2  u8 version (2)     3  u8 type
 ///  4  u32 credits: calls the sender hands back to the receiver (server to
 ///     client: requests it has finished with, or new grants; client to
 ///     server, in a release frame only: unused credits given up)
 ///  8  u64 id: the call's number, chosen by the client (unique among its
-///     calls in flight)
+///     calls in flight; 32 bits, the high half zero but in a hello)
 /// 16  u32 code: a request's method; a response's status (0: ok, else an
 ///     rpc_errc); a hello's protocol version
 /// 20  u32 reserved (0)
-/// 24  u64 size: payload bytes (inline: after the header; rendezvous: in
-///     the sender's memory at addr/rkey)
+/// 24  u64 size: payload bytes (in the sender's memory at addr/rkey)
 /// 32  u64 addr                    40  u32 rkey     44  u32 reserved (0)
 ///
 /// hello (once each way, in the connection's private data: the client's
@@ -55,13 +60,20 @@
 namespace cordma::detail::rpc_wire {
 
 inline constexpr std::uint16_t magic = 0x5052;
-inline constexpr std::uint8_t version = 1;
+/// 2: requests and responses with 16-byte headers and 32-bit ids (1 had
+/// 48-byte headers on every frame).
+inline constexpr std::uint8_t version = 2;
 /// A server hello's flag (code >> 16): the server grants the client's
 /// credits in a credit frame (once it has posted the client's receives,
 /// without a shared receive queue; out of its clients' budget, with one);
 /// the client may not send before. Every cordma server sets it.
 inline constexpr std::uint32_t hello_deferred_credits = 1;
+/// The header of every frame but an inline request or response.
 inline constexpr std::size_t header_size = 48;
+/// The header of an inline request or response.
+inline constexpr std::size_t inline_header_size = 16;
+/// The largest call id: ids are 32 bits (the client's counter wraps).
+inline constexpr std::uint64_t largest_id = 0xffffffffu;
 
 enum class frame : std::uint8_t {
     hello = 1,         ///< limits and credits, once each way
@@ -95,10 +107,18 @@ constexpr bool carries_payload(frame type) noexcept {
     return type == frame::request || type == frame::response;
 }
 
-void encode(const header& h, std::span<std::byte, header_size> out) noexcept;
+/// Bytes of the header of a frame of `type`: where its payload starts.
+constexpr std::size_t header_length(frame type) noexcept {
+    return carries_payload(type) ? inline_header_size : header_size;
+}
+
+/// Writes `h` (header_length(h.type) bytes; h.id at most largest_id but in
+/// a hello) at the front of `out` (at least that long); returns the bytes
+/// written.
+std::size_t encode(const header& h, std::span<std::byte> out) noexcept;
 /// The header of `frame` (all of the bytes that arrived), or nothing with
 /// the reason in `why`: too short, bad magic or version, unknown type,
-/// reserved bytes set, a payload length that does not match the header, a
+/// reserved bytes set, an id over 32 bits, a payload length that does not match the header, a
 /// rendezvous frame without a size (its key is the sender's business: a
 /// forged one fails the read, which closes that connection).
 std::optional<header> decode(std::span<const std::byte> frame, std::string& why);

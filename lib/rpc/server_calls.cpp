@@ -101,7 +101,7 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     const handler_entry* entry = found != handlers_.end() ? &found->second : any_ ? &*any_ : nullptr;
 
     if (h.type == wire::frame::request) {
-        payload = m.bytes().subspan(wire::header_size);
+        payload = m.bytes().subspan(wire::inline_header_size);
     } else {
         m.release();  // the frame is only its header: give the receive back at once
         if (h.size > options_.max_request) {
@@ -139,14 +139,14 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
             // (its eager size): taken before the handler runs, written by it.
             std::size_t cap = std::max(s->room_small, s->room_big);
             if (entry->fills)
-                reply = buffers_.take(wire::header_size + cap);
+                reply = buffers_.take(wire::inline_header_size + cap);
             if (options_.executor) {
                 hopped = true;
                 co_await via_executor{&options_.executor};
             }
             if (entry->fills) {
                 reply_size = co_await entry->fills(request(payload, h.code, &s->peer),
-                                                   reply.bytes().subspan(wire::header_size, cap));
+                                                   reply.bytes().subspan(wire::inline_header_size, cap));
                 if (reply_size > cap)
                     throw std::length_error("it returned " + std::to_string(reply_size) + " bytes for a reply of " +
                                             std::to_string(cap));
@@ -184,7 +184,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         // Failed, or more than the client's receives hold now (they are
         // small until a response needs them grown): the vector's way.
         if (status == 0)
-            response.assign(reply.data() + wire::header_size, reply.data() + wire::header_size + reply_size);
+            response.assign(reply.data() + wire::inline_header_size,
+                            reply.data() + wire::inline_header_size + reply_size);
         buffers_.give(std::move(reply));
     }
     // Lends `bytes` for the client to read (response_rts); if they cannot
@@ -269,9 +270,10 @@ void server_state::answered(session& s) {
 // Not a coroutine: the copy is made now, and the send is send_buffer's
 // (one frame per frame sent, not two).
 task<void> server_state::send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload) {
-    local_mr buffer = buffers_.take(wire::header_size + payload.size());
+    std::size_t header = wire::header_length(h.type);
+    local_mr buffer = buffers_.take(header + payload.size());
     if (!payload.empty())
-        std::memcpy(buffer.data() + wire::header_size, payload.data(), payload.size());
+        std::memcpy(buffer.data() + header, payload.data(), payload.size());
     return send_buffer(std::move(s), h, std::move(buffer), payload.size());
 }
 
@@ -283,7 +285,9 @@ task<void> server_state::send_buffer(std::shared_ptr<session> s, wire::header h,
     }
     h.credits = std::exchange(s->unreturned, 0);
     h.size = h.type == wire::frame::response ? size : h.size;
-    wire::encode(h, buffer.bytes().first<wire::header_size>());
+    // The payload, if any, is at header_length(h.type) already (send_frame,
+    // or a handle_into handler's reply).
+    std::size_t header = wire::encode(h, buffer.bytes());
     bool failed = false;
     // Numbered as posted (the send is posted before this coroutine first
     // suspends): frame n lands in the client's receive n.
@@ -291,7 +295,7 @@ task<void> server_state::send_buffer(std::shared_ptr<session> s, wire::header h,
     if (size > s->room_small)
         ++s->big_frames;
     try {
-        co_await s->conn.send(buffer.slice(0, wire::header_size + size));
+        co_await s->conn.send(buffer.slice(0, header + size));
     } catch (...) {
         failed = true;  // the connection broke: ended() (or its reader) drops the session
     }

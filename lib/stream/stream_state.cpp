@@ -17,7 +17,6 @@
 namespace cordma::detail {
 
 namespace wire = link_wire;
-using clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -106,7 +105,7 @@ void stream_state::throw_closed(const char* call) const {
 void stream_state::keepalive_start() {
     if (waiting_++ > 0 || tick_)
         return;
-    last_tick_ = clock::now();
+    last_tick_ = coarse_clock::now();
     std::weak_ptr<stream_state> weak = shared_from_this();
     tick_ = event_listener_->call_after(tick_interval, [weak] {
         if (auto s = weak.lock())
@@ -120,7 +119,7 @@ void stream_state::tick() {
     tick_.reset();
     if (waiting_ <= 0 || !link_ || failure_)
         return;
-    auto now = clock::now();
+    auto now = coarse_clock::now();
     if (now - last_tick_ > 3 * tick_interval)
         link_->excuse_silence(now);  // this process was starved, not the peer silent
     last_tick_ = now;
@@ -171,7 +170,7 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
         } else {
             n = static_cast<std::size_t>(std::min<std::uint64_t>(f.header.size - consumed_, buffer.size()));
             if (f.header.type == wire::frame::data) {
-                std::memcpy(buffer.data(), f.message.data() + wire::header_size + consumed_, n);
+                std::memcpy(buffer.data(), f.message.data() + wire::data_header_size + consumed_, n);
             } else if (n >= options_.register_size) {
                 local_slice into = builder_.local_registration(buffer.first(n));
                 co_await link_->fetch(f, consumed_, into);

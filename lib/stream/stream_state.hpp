@@ -21,6 +21,7 @@
 #include <cordma/stream.hpp>
 #include <cordma/task.hpp>
 
+#include "core/coarse_clock.hpp"
 #include "engine/waiter_queue.hpp"
 #include "link/peer_link.hpp"
 
@@ -117,7 +118,7 @@ private:
 
     int waiting_ = 0;
     std::shared_ptr<event_listener::timer> tick_;
-    std::chrono::steady_clock::time_point last_tick_{};
+    coarse_clock::time_point last_tick_{};
 };
 
 /// The stream's hello on a new connection, then its state and link.

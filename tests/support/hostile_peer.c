@@ -1024,21 +1024,31 @@ static int tcp_scenario(const char *name) {
     return 1;
 }
 
-/* ---- cordma::rpc (little-endian 48-byte headers; rpc_wire.hpp) ------- */
+/* ---- cordma::rpc (little-endian headers, version 2: 16 bytes for an inline
+ * request or response, 48 for every other frame; rpc_wire.hpp) ---------- */
 
 enum { rpc_hello = 1, rpc_request = 2, rpc_request_rts = 3, rpc_response = 4, rpc_done = 6, rpc_credit = 7 };
 
-static void rpc_header(uint8_t *p, uint8_t type, uint64_t id, uint32_t code, uint64_t size, uint64_t addr,
-                       uint32_t rkey) {
+/* Writes the header of a frame of `type` at p; returns its length (16 for a
+ * request or response, whose payload's size is the rest of the frame and
+ * which has no size, address or key; 48 otherwise). */
+static size_t rpc_header(uint8_t *p, uint8_t type, uint64_t id, uint32_t code, uint64_t size, uint64_t addr,
+                         uint32_t rkey) {
     memset(p, 0, 48);
     le16(p, 0x5052);
-    p[2] = 1;
+    p[2] = 2;
     p[3] = type;
+    if (type == rpc_request || type == rpc_response) {
+        le32(p + 8, (uint32_t)id);
+        le32(p + 12, code);
+        return 16;
+    }
     le64(p + 8, id);
     le32(p + 16, code);
     le64(p + 24, size);
     le64(p + 32, addr);
     le32(p + 40, rkey);
+    return 48;
 }
 
 typedef struct {
@@ -1122,19 +1132,19 @@ static int rpc_scenario(const char *name) {
         rpc_header(f, 99, 1, 1, 0, 0, 0);
         rpc_violation(f, 48, "a frame of type 99");
     } else if (strcmp(name, "rpc-reserved") == 0) {
-        rpc_header(f, rpc_request, 1, 1, 0, 0, 0);
+        rpc_header(f, rpc_request_rts, 1, 1, 4096, 0x10000, 0x1234);
         f[20] = 1;
-        rpc_violation(f, 48, "a request with reserved bytes set");
+        rpc_violation(f, 48, "a request_rts with reserved bytes set");
     } else if (strcmp(name, "rpc-length-mismatch") == 0) {
-        rpc_header(f, rpc_request, 1, 1, 100, 0, 0);
-        rpc_violation(f, 58, "a request whose header says 100 payload bytes, with 10");
+        rpc_header(f, rpc_done, 1, 0, 0, 0, 0);
+        rpc_violation(f, 58, "a done frame (a 48-byte header, no payload) of 58 bytes");
     } else if (strcmp(name, "rpc-oversize") == 0) {
         // Longer than the server's shared receive buffers (eager 4096 + 48).
-        rpc_header(f, rpc_request, 1, 1, 8192, 0, 0);
-        rpc_violation(f, 48 + 8192, "an 8240-byte request (the receives hold 4144)");
+        size_t n = rpc_header(f, rpc_request, 1, 1, 0, 0, 0);
+        rpc_violation(f, n + 8192, "an 8208-byte request (the receives hold 4144)");
     } else if (strcmp(name, "rpc-server-frame") == 0) {
-        rpc_header(f, rpc_response, 1, 0, 0, 0, 0);
-        rpc_violation(f, 48, "a response frame, which only a server sends");
+        size_t n = rpc_header(f, rpc_response, 1, 0, 0, 0, 0);
+        rpc_violation(f, n, "a response frame, which only a server sends");
     } else if (strcmp(name, "rpc-done-unknown") == 0) {
         rpc_header(f, rpc_done, 42, 0, 0, 0, 0);
         rpc_violation(f, 48, "a done for call 42, which has no response waiting");
@@ -1145,8 +1155,8 @@ static int rpc_scenario(const char *name) {
             fail("the server's hello grants %u credits", h.credits);
         // Method 3 answers after 2 s: every call holds its credit meanwhile.
         for (uint32_t i = 0; i <= h.credits; ++i) {
-            rpc_header(f, rpc_request, i + 1, 3, 0, 0, 0);
-            int status = send_message(l.qp, l.send_cq, f, 48);
+            size_t n = rpc_header(f, rpc_request, i + 1, 3, 0, 0, 0);
+            int status = send_message(l.qp, l.send_cq, f, n);
             if (status != IBV_WC_SUCCESS)
                 break;
         }
@@ -1162,16 +1172,16 @@ static int rpc_scenario(const char *name) {
         send_expecting_success(&l, f, 48, "request_rts for 2^63 bytes");
         uint8_t *r = NULL;
         int n = receive_message(&l, &r, 10000);
-        if (n < 48 || r[3] != rpc_response)
+        if (n < 16 || r[3] != rpc_response)
             fail("expected a response frame, got %d bytes (type %d)", n, n >= 4 ? r[3] : -1);
-        if (get_le32(r + 16) != 3)
-            fail("expected the response code too_large (3), got %u", get_le32(r + 16));
-        note("answered too_large: \"%.*s\"", n - 48, (const char *)r + 48);
+        if (get_le32(r + 12) != 3)
+            fail("expected the response code too_large (3), got %u", get_le32(r + 12));
+        note("answered too_large: \"%.*s\"", n - 16, (const char *)r + 16);
         rpc_header(f, rpc_request, 2, 1, 5, 0, 0);
-        memcpy(f + 48, "hello", 5);
-        send_expecting_success(&l, f, 53, "an echo request");
+        memcpy(f + 16, "hello", 5);
+        send_expecting_success(&l, f, 21, "an echo request");
         n = receive_message(&l, &r, 10000);
-        if (n != 53 || memcmp(r + 48, "hello", 5) != 0)
+        if (n != 21 || memcmp(r + 16, "hello", 5) != 0)
             fail("the echo after the refusal did not come back (%d bytes)", n);
         note("the connection still serves calls");
     } else if (strcmp(name, "rpc-forged-rts") == 0) {
@@ -1197,7 +1207,8 @@ static int rpc_scenario(const char *name) {
     return 1;
 }
 
-/* ---- cordma::stream (the link's 48-byte headers; link_wire.hpp) ------ */
+/* ---- cordma::stream (the link's headers, version 2: 24 bytes for a data
+ * frame, its payload's size the rest; 48 for every other; link_wire.hpp) */
 
 enum { link_hello = 1, link_data = 2, link_rts = 3, link_credit = 5 };
 #define STREAM_MARK 0x5354524d00000001ull
@@ -1209,6 +1220,8 @@ static void link_header(uint8_t *p, uint8_t type, uint8_t op, uint32_t seq, uint
     le16(p, 0x4347);
     p[2] = type;
     p[3] = op;
+    if (type == link_hello)
+        p[6] = 2; /* the link protocol's version */
     le32(p + 8, seq);
     le32(p + 12, acked);
     le32(p + 20, extra);

@@ -61,7 +61,7 @@ task<void> tree_reduce(std::shared_ptr<group_core> core, local_slice send, local
         peer_link& child = core->link(absolute(v + mask, root, n));
         inbound_frame f =
             co_await child.take(expect(*core, level, size, static_cast<std::uint32_t>(root), tag), c.token);
-        const std::byte* in = f.message.data() + link_wire::header_size;
+        const std::byte* in = f.message.data() + link_wire::data_header_size;
         if (f.header.type == link_wire::frame::rts) {
             co_await child.fetch(f, incoming);
             in = incoming.data();
@@ -94,7 +94,7 @@ task<void> flat_all_reduce(std::shared_ptr<group_core> core, local_slice send, l
         for (int p = 1; p < n; ++p) {
             peer_link& from = core->link(p);
             inbound_frame f = co_await from.take(expect(*core, 0, size, 0, tag), c.token);
-            const std::byte* in = f.message.data() + link_wire::header_size;
+            const std::byte* in = f.message.data() + link_wire::data_header_size;
             if (f.header.type == link_wire::frame::rts) {
                 if (!incoming.block())
                     incoming = core->scratch(size);
