@@ -474,12 +474,20 @@ std::vector<std::byte> frame(std::uint8_t type, std::uint64_t id, std::uint32_t 
     return f;
 }
 
-/// A plain connection to the server carrying a valid client hello: a
-/// client that is not cordma's.
+/// A plain connection to the server carrying a valid client hello (code:
+/// the protocol version, 2): a client that is not cordma's. The server's
+/// first frame, a credit frame, shows that it took the hello (a refused
+/// one would make every frame after it look refused too).
 connection raw_client(const std::string& address, builder& raw) {
-    std::vector<std::byte> hello = frame(1, 0, 1, 4096, 1 << 20);
+    std::vector<std::byte> hello = frame(1, 0, 2, 4096, 1 << 20);
     raw.agent(false).private_data(std::span<const std::byte>(hello));
-    return sync_wait(raw.connect(address));
+    connection conn = sync_wait(raw.connect(address));
+    local_mr in = raw.pool()->allocate(256);
+    test::deadline limit(10s);
+    recv_result first = sync_wait(conn.recv(in.all(), limit.token()));
+    REQUIRE(first.length == 48);
+    REQUIRE(in.data()[3] == std::byte{7});  // credit
+    return conn;
 }
 
 /// Sends each frame; true if the server then closes the connection (a

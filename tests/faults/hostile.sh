@@ -188,12 +188,12 @@ forged-after-release 0 expect ^hostile_target: agent rdma_cm connection from $pe
 group
 rpc-no-hello 2 expect ^cordma::rpc::server: refused a client from $peer_re: its hello is malformed
 rpc-bad-hello 2 expect ^cordma::rpc::server: refused a client from $peer_re: its hello is malformed: a frame without cordma::rpc's magic number
-rpc-short-frame 2 expect ^cordma::rpc::server: client $peer_re: a malformed frame: a frame of 10 bytes, shorter than the 48-byte header; closing its connection
+rpc-short-frame 2 expect ^cordma::rpc::server: client $peer_re: a malformed frame: a frame of 10 bytes, shorter than the shortest \(16-byte\) header; closing its connection
 rpc-bad-magic 2 expect ^cordma::rpc::server: client $peer_re: a malformed frame: a frame without cordma::rpc's magic number
 rpc-bad-version 2 expect ^cordma::rpc::server: client $peer_re: a malformed frame: a frame of protocol version 9
 rpc-unknown-type 2 expect ^cordma::rpc::server: client $peer_re: a malformed frame: a frame of unknown type 99
-rpc-reserved 2 expect ^cordma::rpc::server: client $peer_re: a malformed frame: a request frame with its reserved bytes set
-rpc-length-mismatch 2 expect ^cordma::rpc::server: client $peer_re: a malformed frame: a request frame of 58 bytes whose header says 100 bytes of payload
+rpc-reserved 2 expect ^cordma::rpc::server: client $peer_re: a malformed frame: a request_rts frame with its reserved bytes set
+rpc-length-mismatch 2 expect ^cordma::rpc::server: client $peer_re: a malformed frame: a done frame of 58 bytes whose header says 0 bytes of payload
 rpc-oversize 2 expect ^cordma: shared_receive_queue on [a-z0-9]+: closing the connection to $peer_re: .*longer than the queue's buffers
 rpc-server-frame 2 expect ^cordma::rpc::server: client $peer_re: a response frame, which only a server sends
 rpc-done-unknown 2 expect ^cordma::rpc::server: client $peer_re: a done frame for call 42, which has no response waiting

@@ -1079,7 +1079,7 @@ static rpc_server_hello_t rpc_connect(link_t *l, const uint8_t *hello, uint8_t l
 
 static rpc_server_hello_t rpc_connect_good(link_t *l) {
     uint8_t hello[48];
-    rpc_header(hello, rpc_hello, 0, 1, 4096, 1 << 20, 0);
+    rpc_header(hello, rpc_hello, 0, 2, 4096, 1 << 20, 0); /* code: the protocol version */
     rpc_server_hello_t h = rpc_connect(l, hello, sizeof hello);
     /* A server whose hello defers its credits (code >> 16, bit 0: every
      * cordma server now) grants them in its first frame, a credit frame:
