@@ -44,7 +44,17 @@ struct thread_cache {
     }
 };
 
-thread_local thread_cache cache{};
+// The initial-exec TLS model: the cache sits in the static TLS block, at an
+// offset fixed at load time, so each access is one instruction instead of
+// a call to __tls_get_addr (callgrind, 2026-12-06: 198 instructions of 18
+// calls per rpc round trip, most of them here). A library loaded by dlopen
+// (a Python extension) takes its 272 bytes from the surplus glibc keeps for
+// such libraries (glibc.rtld.optional_static_tls, 512 bytes by default);
+// were that used up, dlopen fails with "cannot allocate memory in static
+// TLS block", never silently. The general-dynamic model's alternative,
+// TLS descriptors (-mtls-dialect=gnu2), could clobber vector registers in
+// a dlopen'd library with the glibc of Debian 12 (glibc bug 31372).
+[[gnu::tls_model("initial-exec")]] thread_local thread_cache cache{};
 
 // Empties the cache when its thread ends; made on the first frame cached.
 struct cleanup {
