@@ -142,7 +142,7 @@ std::optional<std::size_t> land_now(peer_state& p, inbound_frame& f, std::byte* 
     }
     auto size = static_cast<std::size_t>(f.header.size);
     if (size != 0)
-        std::memcpy(into, f.message.data() + wire::data_header_size, size);
+        std::memcpy(into, wire::payload(f.message.bytes(), f.header).data(), size);
     p.link->finish(f);
     return size;
 }

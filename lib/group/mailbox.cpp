@@ -92,8 +92,8 @@ void mailbox::keep(peer_link& from, inbound_frame frame) {
         from.release(e.frame);
         e.how = entry::state::announced;
     } else if (copied_[s] < copy_budget_) {
-        const std::byte* payload = e.frame.message.data() + wire::data_header_size;
-        e.bytes.assign(payload, payload + h.size);
+        auto payload = wire::payload(e.frame.message.bytes(), h);
+        e.bytes.assign(payload.begin(), payload.end());
         from.release(e.frame);
         e.how = entry::state::copied;
         ++copied_[s];

@@ -170,7 +170,7 @@ task<message_info> group_core::recv_message(int source, local_slice into, std::u
             std::memcpy(into.data(), e.bytes.data(), h.size);
     } else {
         if (h.size != 0)
-            std::memcpy(into.data(), e.frame.message.data() + wire::data_header_size, h.size);
+            std::memcpy(into.data(), wire::payload(e.frame.message.bytes(), h).data(), h.size);
         l.release(e.frame);
     }
     co_return message_info{e.source, h.root, static_cast<std::size_t>(h.size)};

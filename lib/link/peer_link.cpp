@@ -222,7 +222,8 @@ void peer_link::on_frame(wire::header h, received_message m) {
     }
     case wire::frame::abort: {
         abort_received_ = true;
-        std::string reason(reinterpret_cast<const char*>(m.data()) + wire::header_size, h.size);
+        auto bytes = wire::payload(m.bytes(), h);
+        std::string reason(reinterpret_cast<const char*>(bytes.data()), bytes.size());
         int at_fault = h.root < 0x10000 ? static_cast<int>(h.root) : rank_;
         if (auto core = core_.lock())
             core->fail(std::errc::connection_aborted, name_ + " aborted: " + reason, at_fault, false);

@@ -93,7 +93,7 @@ task<void> peer_link::receive(expected_frame e, local_slice into, std::stop_toke
     inbound_frame f = co_await take(e, token);
     if (f.header.type == wire::frame::data) {
         if (f.header.size != 0)
-            std::memcpy(into.data(), f.message.data() + wire::data_header_size, f.header.size);
+            std::memcpy(into.data(), wire::payload(f.message.bytes(), f.header).data(), f.header.size);
     } else {
         co_await fetch(f, into);
     }

@@ -235,10 +235,10 @@ void peer_link::post_inline(std::size_t slot, wire::header h, std::span<const st
     acked_sent_ = handled_;
     h.type = wire::frame::data;
     h.size = payload.size();
-    wire::encode(h, std::span<std::byte, wire::data_header_size>(at, wire::data_header_size));
+    std::size_t header = wire::encode(h, std::span<std::byte, wire::data_header_size>(at, wire::data_header_size));
     if (!payload.empty())
-        std::memcpy(at + wire::data_header_size, payload.data(), payload.size());
-    post_slot(slot, wire::data_header_size + payload.size());
+        std::memcpy(at + header, payload.data(), payload.size());
+    post_slot(slot, header + payload.size());
 }
 
 task<void> peer_link::send_inline(wire::header h, std::span<const std::byte> payload, std::stop_token token) {

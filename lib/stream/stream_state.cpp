@@ -170,7 +170,7 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
         } else {
             n = static_cast<std::size_t>(std::min<std::uint64_t>(f.header.size - consumed_, buffer.size()));
             if (f.header.type == wire::frame::data) {
-                std::memcpy(buffer.data(), f.message.data() + wire::data_header_size + consumed_, n);
+                std::memcpy(buffer.data(), wire::payload(f.message.bytes(), f.header).data() + consumed_, n);
             } else if (n >= options_.register_size) {
                 local_slice into = builder_.local_registration(buffer.first(n));
                 co_await link_->fetch(f, consumed_, into);

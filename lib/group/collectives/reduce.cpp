@@ -61,10 +61,12 @@ task<void> tree_reduce(std::shared_ptr<group_core> core, local_slice send, local
         peer_link& child = core->link(absolute(v + mask, root, n));
         inbound_frame f =
             co_await child.take(expect(*core, level, size, static_cast<std::uint32_t>(root), tag), c.token);
-        const std::byte* in = f.message.data() + link_wire::data_header_size;
+        const std::byte* in = nullptr;
         if (f.header.type == link_wire::frame::rts) {
             co_await child.fetch(f, incoming);
             in = incoming.data();
+        } else {
+            in = link_wire::payload(f.message.bytes(), f.header).data();
         }
         combine(type, op, acc.data(), in, size);
         child.finish(f);
@@ -94,12 +96,14 @@ task<void> flat_all_reduce(std::shared_ptr<group_core> core, local_slice send, l
         for (int p = 1; p < n; ++p) {
             peer_link& from = core->link(p);
             inbound_frame f = co_await from.take(expect(*core, 0, size, 0, tag), c.token);
-            const std::byte* in = f.message.data() + link_wire::data_header_size;
+            const std::byte* in = nullptr;
             if (f.header.type == link_wire::frame::rts) {
                 if (!incoming.block())
                     incoming = core->scratch(size);
                 co_await from.fetch(f, incoming);
                 in = incoming.data();
+            } else {
+                in = link_wire::payload(f.message.bytes(), f.header).data();
             }
             combine(type, op, recv.data(), in, size);
             from.finish(f);
