@@ -1139,8 +1139,11 @@ static void test_timeouts(void) {
     CHECK(took >= 0.25 && took < 5);
     cordma_destroy(lonely);
 
+    /* Adaptive polling on both ends: a caller that spins for its answer
+       and then sleeps still times out, and is woken by what follows. */
     l = test_config(true);
     c.timeout_ms = 1000;
+    l.polling = c.polling = CORDMA_POLLING_ADAPTIVE;
     pair p = make_pair(&l, &c);
     uint8_t buf[70000];
     t0 = now();
@@ -1538,6 +1541,7 @@ static void test_killed_process(void) {
 static void test_blocked_sends(void) {
     cordma_config l = test_config(true), c = test_config(false);
     l.window = 2; /* the receiver's window: b may have 2 messages in flight to a */
+    c.polling = CORDMA_POLLING_ADAPTIVE; /* the blocked sender sleeps after its spin, and is woken */
     for (int large = 0; large < 2; ++large) {
         pair p = make_pair(&l, &c);
         uint8_t *msg = xmalloc(1 << 20);

@@ -8,7 +8,7 @@
  *                                                    ADDR:PORT", serve one client
  *   c_pingpong client ADDR:PORT SIZE ITERS POLLING   connect there
  *
- * POLLING is event, busy or yielding (cordma_config.polling). The client
+ * POLLING is event, busy, yielding or adaptive (cordma_config.polling). The client
  * sends SIZE bytes, the server answers them back, ITERS times after 1000
  * of warm-up; each side checks every byte of every message it gets. The
  * client prints one line:
@@ -84,8 +84,10 @@ int main(int argc, char **argv) {
         config.polling = CORDMA_POLLING_BUSY;
     else if (strcmp(polling, "yielding") == 0)
         config.polling = CORDMA_POLLING_YIELDING;
+    else if (strcmp(polling, "adaptive") == 0)
+        config.polling = CORDMA_POLLING_ADAPTIVE;
     else if (strcmp(polling, "event") != 0) {
-        fprintf(stderr, "c_pingpong: polling '%s' is not event, busy or yielding\n", polling);
+        fprintf(stderr, "c_pingpong: polling '%s' is not event, busy, yielding or adaptive\n", polling);
         return 2;
     }
     if (size == 0 || iters <= 0) {

@@ -54,8 +54,10 @@ void check_config(const cordma_config& c) {
     if (exchange != CORDMA_EXCHANGE_RDMA_CM && exchange != CORDMA_EXCHANGE_TCP)
         bad("exchange is " + std::to_string(exchange) + "; it must be CORDMA_EXCHANGE_RDMA_CM or CORDMA_EXCHANGE_TCP");
     long long polling = c_enum_value(c.polling);
-    if (polling != CORDMA_POLLING_EVENT && polling != CORDMA_POLLING_BUSY && polling != CORDMA_POLLING_YIELDING)
-        bad("polling is " + std::to_string(polling) + "; it must be CORDMA_POLLING_EVENT, _BUSY or _YIELDING");
+    if (polling != CORDMA_POLLING_EVENT && polling != CORDMA_POLLING_BUSY && polling != CORDMA_POLLING_YIELDING &&
+        polling != CORDMA_POLLING_ADAPTIVE)
+        bad("polling is " + std::to_string(polling) +
+            "; it must be CORDMA_POLLING_EVENT, _BUSY, _YIELDING or _ADAPTIVE");
 }
 
 /// The name of the RDMA device whose interface has `address` (rdma_cm
@@ -467,6 +469,7 @@ cordma_context* cordma_create(const cordma_config* config) {
                                                              : cordma::endpoint_exchange::rdma_cm;
         s.polling = config->polling == CORDMA_POLLING_BUSY       ? cordma::polling_mode::busy
                     : config->polling == CORDMA_POLLING_YIELDING ? cordma::polling_mode::yielding
+                    : config->polling == CORDMA_POLLING_ADAPTIVE ? cordma::polling_mode::adaptive
                                                                  : cordma::polling_mode::event;
         ctx->builder = cordma::builder(s);
         cordma::detail::wait_for_receivers(ctx->builder);
