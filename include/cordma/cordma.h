@@ -102,10 +102,10 @@ typedef enum cordma_polling {
     CORDMA_POLLING_BUSY = 1,
     /** Spins, yielding the CPU between passes (for more threads than cores). */
     CORDMA_POLLING_YIELDING = 2,
-    /** Spins for 100 us after the last activity, then sleeps until the
-     *  device signals: the context's thread between calls, and the calling
-     *  thread while it waits for its call's answer (for as long, then it
-     *  sleeps). A ping-pong costs no wake-up; an idle context no CPU. */
+    /** Spins as BUSY does while there is work, and sleeps until the
+     *  device signals after 100 us without any: the calling thread during
+     *  a call, the context's thread between calls. A ping-pong costs no
+     *  wake-up; an idle context no CPU. */
     CORDMA_POLLING_ADAPTIVE = 3
 } cordma_polling;
 

@@ -173,15 +173,16 @@ private:
     enum class drive_result {
         /// `done` was set while the caller drove; the loop is free again.
         done,
-        /// The caller could not take the loop (event or adaptive
-        /// polling, the call is made on the listener's own thread, or
+        /// The caller could not take the loop (event polling, the call
+        /// is made on the listener's own thread, or
         /// another thread drives it): `start` was not called. The caller is
         /// counted as waiting; it posts its work, waits for it, then
         /// calls end_wait().
         not_taken,
         /// `start` ran, but the loop went back to the listener thread
         /// before `done` (something only that thread may do: submit to
-        /// io_uring, or stop). The caller is counted as waiting; it waits
+        /// io_uring, or stop; or, in adaptive polling, the spin window
+        /// ended with nothing to do). The caller is counted as waiting; it waits
         /// for its work, then calls end_wait().
         handed_back,
     };
@@ -221,6 +222,14 @@ private:
     struct channel_watch : detail::uring_target { event_listener* self; } channel_watch_{};
     struct wakeup_watch : detail::uring_target { event_listener* self; } wakeup_watch_{};
     struct cm_watch : detail::uring_target { event_listener* self; } cm_watch_{};
+    // The completion channel's and the eventfd's polls, fired while a
+    // caller drove the loop: re-armed when the listener thread takes it
+    // back (park), as only it submits and only it sleeps on them (a
+    // caller re-arming them would hand the loop back at once).
+    // Owned, as the other loop state, by whoever runs the loop.
+    bool channel_watch_owed_ = false;
+    bool wakeup_watch_owed_ = false;
+    void rearm_watch(int fd, detail::uring_target* target, bool& owed);
     std::once_flag cm_once_;
     rdma_event_channel* cm_channel_ = nullptr;
 

@@ -1,11 +1,10 @@
 #pragma once
 /// How a C entry point runs: c_entry turns a failure into errno and
 /// cordma_last_error; run_call runs the call's task on the context's event
-/// listener: in busy and yielding polling on the calling thread, which
-/// drives the listener's loop while it waits; in adaptive and event
-/// polling on the listener's thread, while the calling thread waits for
-/// it: spinning first in adaptive polling (for the listener's own spin
-/// window), sleeping at once in event polling.
+/// listener: in busy, yielding and adaptive polling on the calling
+/// thread, which drives the listener's loop while it waits (in adaptive
+/// polling for the spin window, then it sleeps); in event polling on the
+/// listener's thread, while the calling thread sleeps.
 ///
 /// Nothing here allocates on a call that succeeds:
 /// - the subject ("peer 1, 10.0.0.3:40512") and what the call waited for
@@ -20,7 +19,6 @@
 ///   own storage) to what it keeps on its stack.
 
 #include <atomic>
-#include <chrono>
 #include <coroutine>
 #include <exception>
 #include <optional>
@@ -28,8 +26,6 @@
 #include <thread>
 #include <type_traits>
 #include <utility>
-
-#include <sched.h>
 
 #include <cordma/detail/frame_cache.hpp>
 #include <cordma/detail/sync_wait.hpp>
@@ -83,14 +79,6 @@ R c_entry(const char* call, const Subject& subject, R on_error, F&& body) noexce
 /// and what the call waited for (`waiting_for`).
 [[noreturn]] void rethrow_call_failure(cordma_context& ctx, const std::string& waiting_for);
 
-/// Where a call handed to another thread stands (call_box::phase).
-namespace call_phase {
-inline constexpr int running = 0;
-inline constexpr int finished = 1;
-/// The caller sleeps on `done`: whoever ends the call must set it.
-inline constexpr int sleeping = 2;
-}  // namespace call_phase
-
 /// A call with no way to finish at once: its task always runs.
 struct no_fast_path {};
 
@@ -108,57 +96,22 @@ struct call_box {
     /// The calling thread: a call that ends there ends inside its drive(),
     /// which sees `finished`, so `done` is not set (no lock, no wake-up).
     std::thread::id caller = std::this_thread::get_id();
-    /// Set as a call ends on the caller's own thread: what a caller
-    /// driving the loop itself looks at between turns.
+    /// Set as the call ends, before `done`: what a caller driving the
+    /// loop itself looks at between turns.
     std::atomic<bool> finished{false};
-    /// A call that ends on another thread (the listener's, or another
-    /// caller's driving the loop): where it stands, for a caller that
-    /// spins on it and then sleeps on `done` (wait_for_end).
-    std::atomic<int> phase{call_phase::running};
     sync_wait_event done{};
 };
 
-/// Ends a call whose result or error is in `box`. On the caller's own
-/// thread (it is driving the loop) it sets `finished`, which drive() looks
-/// at. On any other thread it marks the phase finished and wakes the
-/// caller only if it went to sleep: a caller that sees `finished` while it
-/// spins returns, and its box (on its stack) is gone, so nothing of the
-/// box is touched after the exchange unless the caller sleeps on `done`.
+/// Ends a call whose result or error is in `box`: sets `finished`, and
+/// wakes the caller if it may be waiting (it is not when the call ends on
+/// its own thread: then it is driving the loop). Nothing of the box is
+/// touched after `finished` is set unless the caller waits for `done`.
 template <class Box>
 void end_call(Box* box) noexcept {
-    if (box->caller == std::this_thread::get_id()) {
-        box->finished.store(true, std::memory_order_release);
-        return;
-    }
-    if (box->phase.exchange(call_phase::finished, std::memory_order_acq_rel) == call_phase::sleeping)
+    bool wake = box->caller != std::this_thread::get_id();
+    box->finished.store(true, std::memory_order_release);
+    if (wake)
         box->done.set();
-}
-
-/// The caller, its call handed to the listener: waits for the call's end.
-/// With `spin` above zero (adaptive polling) it first looks at the phase
-/// for that long, giving its CPU away now and then (two threads per
-/// context on two vCPUs: the listener may need the one it is on), and
-/// sleeps only if the call is still running: in a ping-pong the answer
-/// comes within the listener's spin window, and the caller takes it with
-/// no futex wake-up and no thread switch. The clock is read once per 32
-/// looks.
-template <class Box>
-void wait_for_end(Box& box, std::chrono::microseconds spin) noexcept {
-    if (spin.count() > 0) {
-        auto until = std::chrono::steady_clock::now() + spin;
-        for (unsigned looks = 1;; ++looks) {
-            if (box.phase.load(std::memory_order_acquire) == call_phase::finished)
-                return;
-            if (looks % 32 == 0) {
-                if (std::chrono::steady_clock::now() >= until)
-                    break;
-                sched_yield();
-            }
-        }
-    }
-    int expected = call_phase::running;
-    if (box.phase.compare_exchange_strong(expected, call_phase::sleeping, std::memory_order_acq_rel))
-        box.done.wait();
 }
 
 /// The coroutine that runs a call on the listener: starts at once, frees
@@ -223,7 +176,7 @@ auto run_call(cordma_context& ctx, Make make, const Waiting& waiting_for, int ti
     using T = typename std::invoke_result_t<Make&>::value_type;
     using box_type = call_box<T, Make, Fast>;
     box_type box{&ctx, &make, fast, timeout_ms >= 0 ? timeout_ms : ctx.config.timeout_ms, last};
-    // Busy and yielding polling: this thread runs the listener's loop
+    // Busy, yielding and adaptive polling: this thread runs the listener's loop
     // while it waits (event_listener_drive.cpp), so the call starts and
     // ends here, with no thread switch. Otherwise, or when another thread
     // drives the loop, the call is posted to it and this thread sleeps.
@@ -233,8 +186,7 @@ auto run_call(cordma_context& ctx, Make make, const Waiting& waiting_for, int ti
     if (driven != event_listener_access::drive_result::done) {
         if (driven == event_listener_access::drive_result::not_taken)
             el.post([b = &box] { start_call(b); });
-        bool spins = el.options().mode == polling_mode::adaptive;
-        wait_for_end(box, spins ? el.options().spin : std::chrono::microseconds{0});
+        box.done.wait();
         event_listener_access::end_wait(el);
     }
     if (box.error) {

@@ -10,8 +10,10 @@
 // caller's thread, as a C++ coroutine's would on the listener's.
 //
 // The protocol (loop_state_):
-// Only in busy and yielding polling, where the listener thread never
-// sleeps in io_uring (drive() says why).
+// In busy, yielding and adaptive polling (drive() says why not in event
+// polling). An adaptive listener thread may be asleep in io_uring when a
+// caller asks: the caller wakes it (take_loop), and the thread looks at
+// the request before it sleeps (run_loop), so one of them sees the other.
 // - listener_runs: the listener thread runs the loop. A caller asks for it
 //   (park_asked); the thread sees that at its next turn, lets go of the
 //   loop (loop_free) and parks on a futex word.
@@ -38,6 +40,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <utility>
 
 namespace cordma {
 
@@ -70,6 +73,12 @@ void event_listener::wake_parked() noexcept {
 // The listener thread, asked for the loop: gives it up and parks until it
 // must take it back.
 void event_listener::park() noexcept {
+    // Entries its last turn made (a watch re-armed as it fired: the
+    // eventfd a caller wrote to wake it from an adaptive sleep) go to the
+    // kernel now: a caller finding them would have to hand the loop
+    // straight back, and would again at every call.
+    if (io_uring_sq_ready(ring_.get()) > 0)
+        io_uring_submit(ring_.get());
     driver_.store(std::thread::id{}, std::memory_order_relaxed);
     loop_state_.store(loop_free, std::memory_order_release);
     // Not taken back before the caller that asked has had a period to come.
@@ -85,6 +94,12 @@ void event_listener::park() noexcept {
             if (wanted && loop_state_.compare_exchange_strong(expected, listener_runs, std::memory_order_acquire)) {
                 listener_wanted_.store(false, std::memory_order_relaxed);
                 driver_.store(thread_id_, std::memory_order_relaxed);
+                // Watches that fired while callers drove (rearm_watch):
+                // submitted with the turn's other entries (run_loop).
+                if (std::exchange(channel_watch_owed_, false))
+                    submit_poll(channel_->fd(), &channel_watch_);
+                if (std::exchange(wakeup_watch_owed_, false))
+                    submit_poll(wakeup_fd_, &wakeup_watch_);
                 return;
             }
         }
@@ -114,6 +129,14 @@ bool event_listener::take_loop() noexcept {
             if (!loop_state_.compare_exchange_weak(state, park_asked))
                 continue;
             asked = true;
+            // Adaptive polling: the thread may be asleep in io_uring (or
+            // about to be: it looks at loop_state_ after storing
+            // may_sleep_, both sequentially consistent), and would see the
+            // request only when something else woke it.
+            if (may_sleep_.load()) {
+                std::uint64_t one = 1;
+                [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
+            }
             continue;
         }
         // Asked; the listener thread lets go at its next turn. It may have
@@ -138,16 +161,25 @@ void event_listener::release_loop(bool want_listener) noexcept {
 }
 
 event_listener::drive_result event_listener::drive(void (*start)(void*), void* arg, const std::atomic<bool>& done) {
-    // Only a loop that never sleeps is worth taking over: in event and
-    // adaptive polling the listener thread sleeps in io_uring, and a caller
-    // driving in its place would have to spin or hand the loop back to
-    // sleep, which costs the wake-up it was meant to save.
-    bool polls = options_.mode == polling_mode::busy || options_.mode == polling_mode::yielding;
+    // Not in event polling, whose caller sleeps at once: a caller driving
+    // the loop spins (the listener thread meanwhile parked), which event
+    // polling promises not to do. In adaptive polling the caller spins as
+    // the listener thread would, for its spin window after the last
+    // activity, and then gives the loop back and sleeps: a ping-pong's
+    // answers come within the window, so it costs no wake-up; a call left
+    // waiting (for a slow peer) costs one, as it would on the listener.
+    bool polls = options_.mode != polling_mode::event;
     if (!polls || on_own_thread() || !take_loop()) {
         waiting_callers_.fetch_add(1);
         return drive_result::not_taken;
     }
     start(arg);
+    // Adaptive polling: the spin window, measured from the first of a run
+    // of idle turns; the clock is read once per 32 idle turns, never
+    // while the loop finds work.
+    bool adaptive = options_.mode == polling_mode::adaptive;
+    unsigned idle_turns = 0;
+    std::chrono::steady_clock::time_point idle_since{};
     for (;;) {
         if (done.load(std::memory_order_acquire)) {
             release_loop(false);
@@ -162,6 +194,19 @@ event_listener::drive_result event_listener::drive(void (*start)(void*), void* a
             break;
         if (options_.mode == polling_mode::yielding && !active)
             sched_yield();
+        if (adaptive) {
+            if (active) {
+                idle_turns = 0;
+                continue;
+            }
+            if (idle_turns++ % 32 != 0)
+                continue;
+            auto now = std::chrono::steady_clock::now();
+            if (idle_turns == 1)
+                idle_since = now;
+            else if (now - idle_since >= options_.spin)
+                break;  // the window is over: the listener thread waits, asleep
+        }
     }
     waiting_callers_.fetch_add(1);
     release_loop(true);

@@ -48,7 +48,7 @@ void event_listener::on_channel_ready() {
         if (budget == 0)
             backlog_ = true;
     }
-    submit_poll(channel_->fd(), &channel_watch_);
+    rearm_watch(channel_->fd(), &channel_watch_, channel_watch_owed_);
 }
 
 void event_listener::drain_backlog() {
@@ -157,8 +157,7 @@ void event_listener::run_loop() {
         may_sleep_.store(false);
     while (!stopping_.load(std::memory_order_acquire)) {
         // A C call's thread asks for the loop (event_listener_drive.cpp):
-        // one load per turn. Only in busy and yielding polling; in event
-        // and adaptive polling callers post.
+        // one load per turn. Not in event polling, where callers post.
         if (loop_state_.load(std::memory_order_relaxed) == park_asked) {
             park();
             continue;
@@ -201,9 +200,11 @@ void event_listener::run_loop() {
             continue;
         // Adaptive, idle: arm, then look once more for completions that
         // arrived before the arming took effect, and only then sleep.
+        // A caller asking for the loop (take_loop) wakes the thread only
+        // if it saw may_sleep_: after the store, look at its request.
         arm_all();
         may_sleep_.store(true);
-        if (drain_all() || posted_flag_.load()) {
+        if (drain_all() || posted_flag_.load() || loop_state_.load() == park_asked) {
             may_sleep_.store(false, std::memory_order_relaxed);
             idle_since_activity = false;
             continue;

@@ -153,7 +153,14 @@ void event_listener::on_wakeup() {
     std::uint64_t count;
     [[maybe_unused]] auto n = read(wakeup_fd_, &count, sizeof count);
     run_posted();
-    submit_poll(wakeup_fd_, &wakeup_watch_);
+    rearm_watch(wakeup_fd_, &wakeup_watch_, wakeup_watch_owed_);
+}
+
+void event_listener::rearm_watch(int fd, detail::uring_target* target, bool& owed) {
+    if (on_own_thread())
+        submit_poll(fd, target);
+    else
+        owed = true;  // park() re-arms it as the listener thread takes the loop back
 }
 
 }  // namespace cordma

@@ -6,13 +6,13 @@ fp="$BUILD/tests/fault_peer"
 case "$SCENARIO.$RXE_VM_HOST" in
   linkdown.1)
     # Serves the client's old connection and, after the link is back, its
-    # new one. The link goes down for 4 s just before the reply to echo 50,
+    # new one. The link goes down for 8 s (over 4x the retry time) just before the reply to echo 50,
     # whose send then fails here at once: this side's connection ends while
     # its link is down (the case that once wedged Soft-RoCE's connection
     # manager: cm_id.cpp keeps the id until the port is up). The old
     # connection is given up after 15 s of silence if it has not failed.
     exec "$fp" serve 10.78.0.1:7620 --clients 2 --may-fail 1 --idle 15 --fault-after 50 \
-      --fault-before-reply 'ip link set eth0 down; echo "link down"; (sleep 4; ip link set eth0 up; echo "link up") &' ;;
+      --fault-before-reply 'ip link set eth0 down; echo "link down"; (sleep 8; ip link set eth0 up; echo "link up") &' ;;
   linkdown.2)
     exec "$fp" pressure 10.78.0.1:7620 --ops 1000 --fail-within "$LIMIT_MS" --reconnect ;;
   poweroff.1)

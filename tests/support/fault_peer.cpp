@@ -834,13 +834,21 @@ int serve(const serve_options& o) {
             while (st.started < o.clients)
                 std::this_thread::sleep_for(milliseconds(50));  // polling the count, bounded by the watchdog
             auto before = test::current_resources();
-            {
+            try {
                 builder other;
                 connection conn = connect_retrying(other, o.pressure_to, std::chrono::seconds(90));
                 remote_mr slots_region = sync_wait(conn.receive_remote_mr());
                 if (pressure_run(other, conn, o.ops, o.fail_within, "fault_peer serve (pressure)") != 0)
                     rc = 1;
                 sync_wait(conn.close());
+            } catch (const std::exception& e) {
+                // The connection to the host that is to fail, failing
+                // before its operations were in flight (the peer not yet
+                // powered off): a failure of the test, said as one, not a
+                // std::terminate from this thread.
+                std::printf("fault_peer serve (pressure): FAILED: the connection to %s failed before its fault: %s\n",
+                            o.pressure_to.c_str(), e.what());
+                rc = 1;
             }
             auto after = test::current_resources();
             int serving = st.started - st.finished;
