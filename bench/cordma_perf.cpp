@@ -239,7 +239,7 @@ Where and how:
   -i, --ib-port N          port on the device (default: the first active one)
   -x, --gid-index N        GID index (default: the RoCE v2 GID of the address)
   -m, --mtu BYTES          path MTU cap: 256, 512, 1024, 2048 or 4096
-  -u, --qp-timeout CODE    ACK timeout, 4.096 us * 2^CODE (default 16, the builder's)
+  -u, --qp-timeout CODE    ACK timeout, 4.096 us * 2^CODE (default 14)
   -r, --rx-depth N         receives kept posted per QP for send and write_imm
                            bandwidth (default 512, as ib_send_bw; --loopback:
                            --qp-depth)

@@ -90,20 +90,13 @@ struct CORDMA_API connection_settings {
     // every path (rdma_cm, the TCP exchange, connect_loopback): their
     // numbers are held once, in queue_pair.hpp's qp_defaults.
 
-    /// Local ACK timeout code: 4.096 us * 2^timeout (default 16: about
-    /// 268 ms). Not 14 (67 ms, perftest's): a peer whose acknowledgements
-    /// stop for half a second is alive more often than not (a congested
-    /// or paused fabric; Soft-RoCE, whose acknowledgements are its host
-    /// kernel's, on a host off the CPU for that long: seen in CI's
-    /// emulated VMs, where a loaded survivor took a live peer for dead),
-    /// and a dead one is still found within 2 s (UCX takes about 8, NCCL
-    /// far longer). It costs nothing while packets flow: it only times
-    /// a retransmission.
+    /// Local ACK timeout code: 4.096 us * 2^timeout (default 14: about
+    /// 67 ms).
     std::uint8_t timeout = qp_defaults::timeout;
     /// Retransmissions before a work request fails with a retry error
     /// (IBV_WC_RETRY_EXC_ERR, "the peer stopped acknowledging"). A peer
     /// that stops answering (its link down, its host off) is found after
-    /// about (retry_count + 1) * 4.096 us * 2^timeout: 7 * 268 ms = 1.9 s
+    /// about (retry_count + 1) * 4.096 us * 2^timeout: 7 * 67 ms = 470 ms
     /// with the defaults (the IB spec lets a device's timer run up to 4x
     /// long). Default 6, not 7: rxe, and some devices, retry forever at 7.
     std::uint8_t retry_count = qp_defaults::retry_count;

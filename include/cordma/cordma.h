@@ -104,8 +104,9 @@ typedef enum cordma_polling {
     CORDMA_POLLING_YIELDING = 2,
     /** Spins as BUSY does while there is work, and sleeps until the
      *  device signals after 100 us without any: the calling thread during
-     *  a call, the context's thread between calls. A ping-pong costs no
-     *  wake-up; an idle context no CPU. */
+     *  a call (the context's thread waits for the device on its behalf),
+     *  the context's thread between calls. A ping-pong costs no wake-up;
+     *  an idle context no CPU. */
     CORDMA_POLLING_ADAPTIVE = 3
 } cordma_polling;
 

@@ -191,6 +191,8 @@ private:
     bool take_loop() noexcept;
     void release_loop(bool want_listener) noexcept;
     void park() noexcept;
+    bool sleep_holding_loop(const std::atomic<bool>& done) noexcept;
+    void watch_for_sleeping_caller() noexcept;
     void wake_parked() noexcept;
     bool on_own_thread() const noexcept { return std::this_thread::get_id() == thread_id_; }
 
@@ -260,8 +262,14 @@ private:
     // polling), so that the call needs no hand-off between threads.
     // loop_state_ passes the loop's state (everything "event listener
     // thread only") from one to the other, with acquire and release.
-    enum : int { listener_runs, park_asked, loop_free, caller_runs };
+    // caller_sleeps: a caller holding the loop sleeps (adaptive polling,
+    // its spin window over); the parked listener thread waits in io_uring
+    // for it and hands the loop back to it, awake, when anything comes.
+    enum : int { listener_runs, park_asked, loop_free, caller_runs, caller_sleeps };
     std::atomic<int> loop_state_{listener_runs};
+    // A caller sleeping with the loop waits on this word; the listener
+    // thread bumps it when it hands the loop back.
+    std::atomic<std::uint32_t> watch_word_{0};
     std::atomic<std::thread::id> driver_{};
     // The parked listener thread's futex word: bumped to wake it.
     std::atomic<std::uint32_t> park_word_{0};

@@ -58,9 +58,8 @@ struct CORDMA_API qp_endpoint {
 /// builder.hpp's connection_settings says what each means and why it is
 /// the default.
 namespace qp_defaults {
-/// Local ACK timeout code: 4.096 us * 2^16, about 268 ms (builder.hpp's
-/// connection_settings::timeout says why not perftest's 14).
-inline constexpr std::uint8_t timeout = 16;
+/// Local ACK timeout code: 4.096 us * 2^14, about 67 ms.
+inline constexpr std::uint8_t timeout = 14;
 /// Retransmissions; 7 means "forever" on rxe.
 inline constexpr std::uint8_t retry_count = 6;
 /// Receiver-not-ready retries; 7 means "forever".

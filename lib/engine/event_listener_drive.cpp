@@ -86,6 +86,10 @@ void event_listener::park() noexcept {
     bool first = true;
     for (;;) {
         std::uint32_t word = park_word_.load();
+        if (loop_state_.load(std::memory_order_acquire) == caller_sleeps) {
+            watch_for_sleeping_caller();
+            continue;
+        }
         if (loop_state_.load() == loop_free) {
             bool wanted = stopping_.load() ||
                           (!first && (listener_wanted_.load() || posted_flag_.load() || waiting_callers_.load() > 0 ||
@@ -123,7 +127,7 @@ bool event_listener::take_loop() noexcept {
         }
         if (stopping_.load(std::memory_order_relaxed))
             return false;
-        if (state == caller_runs || (state == park_asked && !asked))
+        if (state == caller_runs || state == caller_sleeps || (state == park_asked && !asked))
             return false;  // another caller has it, or is about to
         if (state == listener_runs) {
             if (!loop_state_.compare_exchange_weak(state, park_asked))
@@ -158,6 +162,58 @@ void event_listener::release_loop(bool want_listener) noexcept {
     // for a park period.
     if (want_listener || listener_wanted_.load() || posted_flag_.load() || waiting_callers_.load() > 0)
         wake_parked();
+}
+
+// A caller driving in adaptive polling whose spin window ran out, holding
+// the loop: arms the CQs, looks once more, and sleeps until the parked
+// listener thread, which waits in io_uring on its behalf (it alone may:
+// its watches and timers are its submissions), hands the loop back with
+// something to do. The loop never leaves the caller's thread, so neither
+// does its call (its frames end where they were made), and a slow answer
+// costs two wake-ups (the listener's, the caller's), not a hand-off of
+// the loop each way. False: go on driving is not possible (stopping).
+bool event_listener::sleep_holding_loop(const std::atomic<bool>& done) noexcept {
+    arm_all();
+    // Completions that came before the arming took effect.
+    if (poll_turn() || done.load(std::memory_order_acquire))
+        return true;
+    if (io_uring_sq_ready(ring_.get()) > 0 || stopping_.load(std::memory_order_relaxed))
+        return false;
+    std::uint32_t word = watch_word_.load();
+    driver_.store(std::thread::id{}, std::memory_order_relaxed);
+    loop_state_.store(caller_sleeps, std::memory_order_release);
+    wake_parked();
+    // Bounded waits, looked at again: the listener thread bumps the word
+    // as it hands the loop back.
+    while (loop_state_.load(std::memory_order_acquire) == caller_sleeps)
+        futex_wait(watch_word_, word, std::chrono::milliseconds(100));
+    driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    return !stopping_.load(std::memory_order_relaxed);
+}
+
+// The parked listener thread, a caller asleep with the loop: submits what
+// the caller's turns left for it (the watches that fired, entries made),
+// waits in io_uring until a completion is there (it reaps none: the
+// caller does, awake), and hands the loop back.
+void event_listener::watch_for_sleeping_caller() noexcept {
+    if (std::exchange(channel_watch_owed_, false))
+        submit_poll(channel_->fd(), &channel_watch_);
+    if (std::exchange(wakeup_watch_owed_, false))
+        submit_poll(wakeup_fd_, &wakeup_watch_);
+    // post() writes the eventfd only while may_sleep_ says so; after the
+    // store, look at what was posted before it (both sequentially
+    // consistent, as in run_loop).
+    may_sleep_.store(true);
+    if (io_uring_cq_ready(ring_.get()) == 0 && !posted_flag_.load() && !stopping_.load()) {
+        sleeps_.fetch_add(1, std::memory_order_relaxed);
+        io_uring_submit_and_wait(ring_.get(), 1);
+    } else if (io_uring_sq_ready(ring_.get()) > 0) {
+        io_uring_submit(ring_.get());
+    }
+    may_sleep_.store(false, std::memory_order_relaxed);
+    loop_state_.store(caller_runs, std::memory_order_release);
+    watch_word_.fetch_add(1);
+    futex_wake(watch_word_);
 }
 
 event_listener::drive_result event_listener::drive(void (*start)(void*), void* arg, const std::atomic<bool>& done) {
@@ -204,8 +260,14 @@ event_listener::drive_result event_listener::drive(void (*start)(void*), void* a
             auto now = std::chrono::steady_clock::now();
             if (idle_turns == 1)
                 idle_since = now;
-            else if (now - idle_since >= options_.spin)
-                break;  // the window is over: the listener thread waits, asleep
+            else if (now - idle_since >= options_.spin) {
+                // The window is over: sleep, keeping the loop, until the
+                // listener thread sees something come (or hand it back
+                // if the thread cannot watch for this caller).
+                if (!sleep_holding_loop(done))
+                    break;
+                idle_turns = 0;
+            }
         }
     }
     waiting_callers_.fetch_add(1);

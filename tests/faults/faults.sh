@@ -38,10 +38,10 @@ cd "$build"
 vm() { "$src/tools/rxe-vm" "$@"; }
 fp="$build/tests/fault_peer"
 # The retry time of cordma's default QP settings (qp_defaults in
-# queue_pair.hpp, explained in builder.hpp): timeout code 16
-# (4.096 us * 2^16 = 268 ms), retry_count 6: 7 tries, 1,879 ms. The
+# queue_pair.hpp, explained in builder.hpp): timeout code 14
+# (4.096 us * 2^14 = 67 ms), retry_count 6: 7 tries, 470 ms. The
 # limit allows the IB spec's 4x timer slack plus 1 s for the emulated CPU.
-retry_ms=$(( (6 + 1) * 4096 * (1 << 16) / 1000000 ))
+retry_ms=$(( (6 + 1) * 4096 * (1 << 14) / 1000000 ))
 linkdown_limit=$(( 4 * retry_ms + 1000 ))
 # A host whose emulated NIC stalls is booted again by rxe-vm itself.
 mixed() {  # PHASES (tests/faults/mixed_guest.sh says what each does)
@@ -56,7 +56,7 @@ case "$scenario" in
   mixed) mixed loss reorder starve ;;
   loss|reorder|starve) mixed "$scenario" ;;
   linkdown)
-    echo "faults.sh: retry time of the default settings: (6 + 1) x 4.096 us x 2^16 = $retry_ms ms; limit $linkdown_limit ms"
+    echo "faults.sh: retry time of the default settings: (6 + 1) x 4.096 us x 2^14 = $retry_ms ms; limit $linkdown_limit ms"
     vm -n 2 -t 420 -- env BUILD="$build" SCENARIO=linkdown LIMIT_MS=$linkdown_limit sh "$src/tests/faults/pressure_guest.sh" ;;
   poweroff)
     vm -n 3 -t 420 -- env BUILD="$build" SCENARIO=poweroff LIMIT_MS=5000 sh "$src/tests/faults/pressure_guest.sh" ;;

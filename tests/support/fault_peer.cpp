@@ -42,6 +42,10 @@
 //       reads in flight on each for S seconds, each read checked against
 //       its write; every operation completes exactly once; resident
 //       memory and fds sampled each second must not grow from second 5 on.
+//   Every mode: --ack-timeout CODE sets builder::timeout (4.096 us * 2^CODE
+//   a try) on every builder the process makes: the power-off scenario's
+//   loaded VMs need more than the default 67 ms (tests/faults/
+//   pressure_guest.sh says why).
 //
 // The server's side of a connection: it grants the client a region
 // (send_local_mr) for write_with_imm, then takes messages through a
@@ -175,6 +179,16 @@ private:
 
 double ms_between(clock_type::time_point a, clock_type::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+/// --ack-timeout, if given: applied to every builder this process makes.
+std::optional<std::uint8_t> ack_timeout;
+
+builder make_builder() {
+    builder b;
+    if (ack_timeout)
+        b.timeout(*ack_timeout);
+    return b;
 }
 
 /// Connects, retrying while nothing answers there yet (the other VM may be
@@ -530,7 +544,7 @@ task<void> guarded(task<void> body, client_state* cs, std::string name) {
 // ---------------------------------------------------------------- traffic
 
 int traffic(const std::string& address, int seconds, bool until_told) {
-    builder b;
+    builder b = make_builder();
     client_state cs;
     std::vector<connection> conns;
     std::vector<remote_mr> slot_regions;
@@ -730,8 +744,8 @@ int pressure_run(builder& b, connection conn, int ops, milliseconds fail_within,
 /// for the life of the process (2 fds): take baselines after that.
 void warm_up() {
     if (const char* here = std::getenv("RXE_VM_ADDR")) {
-        builder b;
-        listener l = b.listen(std::string(here) + ":0");
+        builder b = make_builder();
+        listener l = b.listen(std::string(here) + ":0");  // warm-up: its timeout does not matter
     }
 }
 
@@ -741,7 +755,7 @@ int pressure(const std::string& address, int ops, milliseconds fail_within, bool
     auto before_fds = test::open_fd_targets();
     int rc = 0;
     {
-        builder b;
+        builder b = make_builder();
         test::process_resources with_old;
         {
             connection conn = connect_retrying(b, address, std::chrono::seconds(60));
@@ -815,7 +829,7 @@ task<void> accept_and_serve(listener& l, server_state* st, int clients) {
 }
 
 int serve(const serve_options& o) {
-    builder b;
+    builder b = make_builder();
     server_state st;
     st.pool = b.pool();
     st.fault_after = o.fault_after;
@@ -835,7 +849,7 @@ int serve(const serve_options& o) {
                 std::this_thread::sleep_for(milliseconds(50));  // polling the count, bounded by the watchdog
             auto before = test::current_resources();
             try {
-                builder other;
+                builder other = make_builder();
                 connection conn = connect_retrying(other, o.pressure_to, std::chrono::seconds(90));
                 remote_mr slots_region = sync_wait(conn.receive_remote_mr());
                 if (pressure_run(other, conn, o.ops, o.fail_within, "fault_peer serve (pressure)") != 0)
@@ -905,7 +919,7 @@ task<void> connect_n(builder& b, std::string address, std::vector<connection>* o
 }
 
 int soak(const std::string& address, int connections, int depth, int seconds) {
-    builder b;
+    builder b = make_builder();
     listener l = b.listen(address);
     std::vector<connection> accepted, clients;
     auto began = clock_type::now();
@@ -1031,6 +1045,7 @@ int main(int argc, char** argv) try {
         else if (flag == "--depth") depth = int(number("--depth", value(), 1, 65536));
         else if (flag == "--reconnect") reconnect = true;
         else if (flag == "--until-told") until_told = true;
+        else if (flag == "--ack-timeout") ack_timeout = std::uint8_t(number("--ack-timeout", value(), 0, 31));
         else throw std::invalid_argument("unknown option '" + flag + "'");
     }
     ::signal(SIGPIPE, SIG_IGN);
