@@ -181,8 +181,7 @@ private:
         not_taken,
         /// `start` ran, but the loop went back to the listener thread
         /// before `done` (something only that thread may do: submit to
-        /// io_uring, or stop; or, in adaptive polling, the spin window
-        /// ended with nothing to do). The caller is counted as waiting; it waits
+        /// io_uring, or stop). The caller is counted as waiting; it waits
         /// for its work, then calls end_wait().
         handed_back,
     };
@@ -232,6 +231,10 @@ private:
     bool channel_watch_owed_ = false;
     bool wakeup_watch_owed_ = false;
     void rearm_watch(int fd, detail::uring_target* target, bool& owed);
+    // The listener thread: submits the watches rearm_watch left owed.
+    void submit_owed_watches();
+    // Wakes the thread from io_uring: a write to its eventfd.
+    void write_wakeup() noexcept;
     std::once_flag cm_once_;
     rdma_event_channel* cm_channel_ = nullptr;
 

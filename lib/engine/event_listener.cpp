@@ -201,8 +201,7 @@ event_listener::~event_listener() {
 
 void event_listener::request_stop() noexcept {
     stopping_.store(true);
-    std::uint64_t one = 1;
-    [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
+    write_wakeup();
     wake_parked();  // a thread parked while callers drove: it stops too
 }
 

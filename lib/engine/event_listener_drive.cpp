@@ -40,7 +40,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <utility>
 
 namespace cordma {
 
@@ -100,10 +99,7 @@ void event_listener::park() noexcept {
                 driver_.store(thread_id_, std::memory_order_relaxed);
                 // Watches that fired while callers drove (rearm_watch):
                 // submitted with the turn's other entries (run_loop).
-                if (std::exchange(channel_watch_owed_, false))
-                    submit_poll(channel_->fd(), &channel_watch_);
-                if (std::exchange(wakeup_watch_owed_, false))
-                    submit_poll(wakeup_fd_, &wakeup_watch_);
+                submit_owed_watches();
                 return;
             }
         }
@@ -137,10 +133,8 @@ bool event_listener::take_loop() noexcept {
             // about to be: it looks at loop_state_ after storing
             // may_sleep_, both sequentially consistent), and would see the
             // request only when something else woke it.
-            if (may_sleep_.load()) {
-                std::uint64_t one = 1;
-                [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
-            }
+            if (may_sleep_.load())
+                write_wakeup();
             continue;
         }
         // Asked; the listener thread lets go at its next turn. It may have
@@ -196,10 +190,7 @@ bool event_listener::sleep_holding_loop(const std::atomic<bool>& done) noexcept 
 // waits in io_uring until a completion is there (it reaps none: the
 // caller does, awake), and hands the loop back.
 void event_listener::watch_for_sleeping_caller() noexcept {
-    if (std::exchange(channel_watch_owed_, false))
-        submit_poll(channel_->fd(), &channel_watch_);
-    if (std::exchange(wakeup_watch_owed_, false))
-        submit_poll(wakeup_fd_, &wakeup_watch_);
+    submit_owed_watches();
     // post() writes the eventfd only while may_sleep_ says so; after the
     // store, look at what was posted before it (both sequentially
     // consistent, as in run_loop).
@@ -221,9 +212,9 @@ event_listener::drive_result event_listener::drive(void (*start)(void*), void* a
     // the loop spins (the listener thread meanwhile parked), which event
     // polling promises not to do. In adaptive polling the caller spins as
     // the listener thread would, for its spin window after the last
-    // activity, and then gives the loop back and sleeps: a ping-pong's
-    // answers come within the window, so it costs no wake-up; a call left
-    // waiting (for a slow peer) costs one, as it would on the listener.
+    // activity, and then sleeps keeping the loop (sleep_holding_loop): a
+    // ping-pong's answers come within the window, so it costs no wake-up;
+    // a call left waiting (for a slow peer) costs two.
     bool polls = options_.mode != polling_mode::event;
     if (!polls || on_own_thread() || !take_loop()) {
         waiting_callers_.fetch_add(1);

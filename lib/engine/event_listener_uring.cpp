@@ -116,10 +116,20 @@ void event_listener::post(std::function<void()> fn) {
     // drove it gone): the parked thread takes it back for this.
     if (loop_state_.load() == loop_free)
         wake_parked();
-    if (!may_sleep_.load())
-        return;
+    if (may_sleep_.load())
+        write_wakeup();
+}
+
+void event_listener::write_wakeup() noexcept {
     std::uint64_t one = 1;
     [[maybe_unused]] auto n = write(wakeup_fd_, &one, sizeof one);
+}
+
+void event_listener::submit_owed_watches() {
+    if (std::exchange(channel_watch_owed_, false))
+        submit_poll(channel_->fd(), &channel_watch_);
+    if (std::exchange(wakeup_watch_owed_, false))
+        submit_poll(wakeup_fd_, &wakeup_watch_);
 }
 
 void event_listener::submit_poll(int fd, detail::uring_target* target) {
