@@ -547,6 +547,46 @@ static void test_messages(star *s) {
     }
 }
 
+/* cordma_metrics after the messages above: both renderings, the
+   server's receives counted, snprintf's contract for a short buffer, and
+   clear refusals. */
+static void test_metrics(star *s) {
+    ssize_t n = cordma_metrics(s->server, CORDMA_METRICS_JSON, NULL, 0);
+    CHECK(n > 0);
+    if (n <= 0)
+        return;
+    char *json = xmalloc((size_t)n + 1);
+    CHECK(cordma_metrics(s->server, CORDMA_METRICS_JSON, json, (size_t)n + 1) == n);
+    CHECK(strlen(json) == (size_t)n);
+    unsigned long long qps = 0, posted = 0, completed = 0;
+    const char *at = strstr(json, "\"queue_pairs\": ");
+    CHECK(at != NULL && sscanf(at, "\"queue_pairs\": %llu", &qps) == 1);
+    CHECK(qps >= 2); /* two clients, each at least a data queue pair */
+    at = strstr(json, "\"recv\": {\"posted\": ");
+    CHECK(at != NULL && sscanf(at, "\"recv\": {\"posted\": %llu, \"completed\": %llu", &posted, &completed) == 2);
+    CHECK(completed > 0);
+    CHECK(posted >= completed);
+    free(json);
+
+    ssize_t p = cordma_metrics(s->server, CORDMA_METRICS_PROMETHEUS, NULL, 0);
+    CHECK(p > 0);
+    char small[16];
+    memset(small, 'x', sizeof small);
+    CHECK(cordma_metrics(s->server, CORDMA_METRICS_PROMETHEUS, small, sizeof small) == p);
+    CHECK(strlen(small) == sizeof small - 1);
+    char *page = xmalloc((size_t)p + 1);
+    CHECK(cordma_metrics(s->server, CORDMA_METRICS_PROMETHEUS, page, (size_t)p + 1) == p);
+    CHECK(strstr(page, "# TYPE cordma_operations_completed_total counter\n") != NULL);
+    CHECK(strstr(page, "cordma_operations_completed_total{kind=\"recv\"} ") != NULL);
+    free(page);
+
+    CHECK(cordma_metrics(s->server, (cordma_metrics_format)7, small, sizeof small) == -1);
+    CHECK(cordma_last_errno() == EINVAL);
+    CHECK(strstr(cordma_last_error(), "cordma_metrics") != NULL);
+    CHECK(cordma_metrics(NULL, CORDMA_METRICS_JSON, small, sizeof small) == -1);
+    CHECK(cordma_metrics(s->server, CORDMA_METRICS_JSON, NULL, 5) == -1);
+}
+
 /* Two threads send on one context at once (its calls take turns): 20
    messages each, some copied, some zero-copy; every one arrives intact,
    each thread's in its order. Byte 0 of a message is its tag: 1 + 20 *
@@ -1653,6 +1693,7 @@ int main(int argc, char **argv) {
     } in_star[] = {
         {"connect", test_connect},
         {"messages", test_messages},
+        {"metrics", test_metrics},
         {"EMSGSIZE and peek", test_msgsize_and_peek},
         {"shared context", test_shared_context},
         {"bad arguments", test_bad_arguments},

@@ -12,6 +12,8 @@
 //                 64-byte echo, checked) once connected
 //   --depth D     send and receive queue depth of each connection (default:
 //                 the builder's, 127 each), to see what a deep QP costs
+//   --cq-size N   builder::cq_size(N): the shared CQs' first size
+//   --sge N       builder::max_sge(N); --inline B  builder::max_inline_data(B)
 //   --calls K     rpc: calls each client makes once connected (default 1)
 //   --exchange E  cm (rdma_cm, default) or tcp (the TCP endpoint exchange)
 //   --ack-timeout C  builder::timeout(C): the QPs' ACK timeout code (4.096 us
@@ -87,12 +89,15 @@ struct options {
     bool check_qps = false;
     bool no_rnr = false;
     long ack_timeout = 0;  // 0: the builder's default
+    long cq_size = 0;      // 0: the builder's default
+    long sge = 0;          // 0: the builder's default
+    long inline_bytes = -1;  // -1: the builder's default
 };
 
 void usage(std::FILE* to) {
     std::fprintf(to,
                  "usage: cordma_storm serve|connect ADDR:PORT --connections N [--kind plain|agent|rpc] "
-                 "[--depth D] [--calls K] [--exchange cm|tcp] [--ack-timeout C] [--check-qps] [--no-rnr] [--timeout S]\n");
+                 "[--depth D] [--cq-size N] [--sge N] [--inline B] [--calls K] [--exchange cm|tcp] [--ack-timeout C] [--check-qps] [--no-rnr] [--timeout S]\n");
 }
 
 builder builder_for(const options& o) {
@@ -106,6 +111,12 @@ builder builder_for(const options& o) {
         b.timeout(static_cast<std::uint8_t>(o.ack_timeout));
     if (o.depth != 0)
         b.send_queue_depth(static_cast<std::uint32_t>(o.depth)).recv_queue_depth(static_cast<std::uint32_t>(o.depth));
+    if (o.cq_size != 0)
+        b.cq_size(static_cast<int>(o.cq_size));
+    if (o.sge != 0)
+        b.max_sge(static_cast<std::uint32_t>(o.sge));
+    if (o.inline_bytes >= 0)
+        b.max_inline_data(static_cast<std::uint32_t>(o.inline_bytes));
     return b;
 }
 
@@ -408,6 +419,12 @@ options parse(int argc, char** argv) {
             o.connections = cordma_bench::parse_number("--connections", r.value(), 1, 65535);
         else if (r.name() == "--depth")
             o.depth = cordma_bench::parse_number("--depth", r.value(), 1, 16384);
+        else if (r.name() == "--cq-size")
+            o.cq_size = cordma_bench::parse_number("--cq-size", r.value(), 1, 1 << 22);
+        else if (r.name() == "--sge")
+            o.sge = cordma_bench::parse_number("--sge", r.value(), 1, 64);
+        else if (r.name() == "--inline")
+            o.inline_bytes = cordma_bench::parse_number("--inline", r.value(), 0, 4096);
         else if (r.name() == "--calls")
             o.calls = cordma_bench::parse_number("--calls", r.value(), 1, 1000000);
         else if (r.name() == "--ack-timeout")

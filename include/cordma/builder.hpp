@@ -369,6 +369,11 @@ public:
     /// started on first use (opening the device; verbs_error with
     /// cordma::errc::no_device if there is none).
     std::shared_ptr<cordma::event_listener> event_listener();
+    /// What this builder's connections (and its listeners' accepted ones)
+    /// counted, read now (metrics.hpp): every live queue pair's counters,
+    /// and the totals of those closed. Any thread. Empty before the first
+    /// connection or listen (opens nothing).
+    metrics_snapshot metrics() const;
     /// The memory pool shared by this builder's connections (registered
     /// with every access right), made on first use.
     std::shared_ptr<memory_pool> pool();

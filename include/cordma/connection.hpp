@@ -256,6 +256,10 @@ public:
     const std::shared_ptr<queue_pair>& qp() const;
     /// The event listener whose thread serves this connection.
     const std::shared_ptr<cordma::event_listener>& event_listener() const;
+    /// What the data queue pair counted so far (metrics.hpp): operations
+    /// by kind, bytes, completions by status, doorbells. Any thread; each
+    /// counter is exact as of the moment it is read.
+    connection_counters counters() const;
 
     /// The private data the peer sent while the connection was set up,
     /// for connections made with builder::agent(false): on an accepted

@@ -318,6 +318,22 @@ CORDMA_C_API int cordma_grant_ended(cordma_context *ctx, const cordma_remote *re
  *  Returns 0, or -1. */
 CORDMA_C_API int cordma_release(cordma_context *ctx, cordma_remote *remote);
 
+/** The renderings cordma_metrics writes (docs/observability.md). */
+typedef enum cordma_metrics_format {
+    CORDMA_METRICS_JSON = 0,       /**< one JSON object, every counter by name */
+    CORDMA_METRICS_PROMETHEUS = 1  /**< Prometheus' text exposition format 0.0.4 */
+} cordma_metrics_format;
+
+/** What every connection of `ctx` counted (operations by kind, bytes,
+ *  completions by status, doorbells; docs/observability.md), rendered as
+ *  `format`. As snprintf: writes at most `len` bytes into `buf`, always
+ *  terminated when `len` > 0 (`buf` may be NULL when `len` is 0), and
+ *  returns the length of the whole text (without its terminator), so a
+ *  return of `len` or more means it was cut: call again with a larger
+ *  buffer. Any thread, at any time. Returns -1 (EINVAL) for a NULL context
+ *  or an unknown format. */
+CORDMA_C_API ssize_t cordma_metrics(const cordma_context *ctx, cordma_metrics_format format, char *buf, size_t len);
+
 /** The message of this thread's last failed call ("" if none failed yet).
  *  Valid until this thread's next cordma call. */
 CORDMA_C_API const char *cordma_last_error(void);

@@ -15,6 +15,7 @@
 #include <cordma/connection.hpp>
 #include <cordma/device.hpp>
 #include <cordma/device_counters.hpp>
+#include <cordma/metrics.hpp>
 #include <cordma/error.hpp>
 #include <cordma/event_listener.hpp>
 #include <cordma/group.hpp>

@@ -18,6 +18,7 @@
 
 #include <cordma/completion_queue.hpp>
 #include <cordma/device.hpp>
+#include <cordma/metrics.hpp>
 #include <cordma/detail/completion_target.hpp>
 
 struct io_uring;
@@ -27,6 +28,7 @@ namespace cordma {
 
 namespace detail {
 class event_listener_access;
+class connection_registry;
 }
 
 /// How the event listener waits for completions.
@@ -145,6 +147,11 @@ public:
     /// How many times the thread went to sleep in io_uring (for tests and
     /// benchmarks of the polling modes).
     std::uint64_t sleeps() const noexcept { return sleeps_.load(std::memory_order_relaxed); }
+
+    /// What every connection (queue pair) served by this event listener
+    /// counted, read now (metrics.hpp). Any thread; takes a lock that only
+    /// connections opening, breaking and closing also take.
+    CORDMA_API metrics_snapshot metrics() const;
 
 private:
     // The engine's own hooks (lib/engine/event_listener_access.hpp), not
@@ -286,6 +293,8 @@ private:
 
     std::atomic<bool> stopping_{false};
     std::atomic<std::uint64_t> sleeps_{0};
+    // The connections counted for metrics() (lib/engine/connection_registry.hpp).
+    std::unique_ptr<detail::connection_registry> connections_;
     std::thread thread_;
     std::thread::id thread_id_;
 };

@@ -53,7 +53,7 @@ void attach_control(const connection& conn, std::shared_ptr<queue_pair> control,
                     std::shared_ptr<transport> watcher) {
     const auto& state = connection_access::state(conn);
     auto channel = std::make_shared<connection_state>(state->event_listener(), std::move(control),
-                                                      state->peer() + " (agent)", state->results_pool());
+                                                      state->peer() + " (agent)", state->results_pool(), "agent");
     if (watcher)
         channel->set_transport(std::move(watcher));
     agent_of(*state)->attach(connection_access::make(std::move(channel)), state);

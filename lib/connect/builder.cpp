@@ -37,6 +37,14 @@ std::shared_ptr<detail::runtime> builder::runtime() {
 }
 
 std::shared_ptr<event_listener> builder::event_listener() { return runtime()->event_listener; }
+metrics_snapshot builder::metrics() const {
+    std::shared_ptr<detail::runtime> rt;
+    {
+        std::lock_guard lock(shared_->mutex);
+        rt = shared_->rt;
+    }
+    return rt ? rt->event_listener->metrics() : metrics_snapshot{};
+}
 std::shared_ptr<memory_pool> builder::pool() { return runtime()->pool; }
 std::shared_ptr<protection_domain> builder::pd() { return runtime()->pd; }
 

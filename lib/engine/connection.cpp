@@ -90,6 +90,7 @@ detail::connection_state& connection::checked_state(const char* call) const {
 }
 
 const std::string& connection::peer() const { return checked_state("peer").peer(); }
+connection_counters connection::counters() const { return checked_state("counters").tally().read(); }
 const std::shared_ptr<queue_pair>& connection::qp() const { return checked_state("qp").qp(); }
 const std::shared_ptr<event_listener>& connection::event_listener() const {
     return checked_state("event_listener").event_listener();

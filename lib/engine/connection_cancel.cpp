@@ -102,6 +102,12 @@ void connection_state::take_kept(operation_base* op) noexcept {
     op->has_imm = slot->has_imm;
     op->received_imm = slot->received_imm;
     hand_over(*slot, slot->byte_len, op);
+    if (op->error) {
+        tally_[op_kind::recv].failed.add();
+    } else {
+        tally_[op_kind::recv].completed.add();
+        tally_[op_kind::recv].bytes.add(slot->byte_len);
+    }
     // Freed without promoting waiters: start() runs inside promote_waiters'
     // loop, which takes the next waiter itself (promoting here would resume
     // a later recv before this one).

@@ -15,6 +15,7 @@ namespace cordma::detail {
 
 void connection_state::on_complete(completion_target* target, const ibv_wc& wc) noexcept {
     auto* slot = static_cast<work_slot*>(target);
+    slot->owner->tally_.count_completion(wc.status);
     if (slot->receive)
         slot->owner->complete(slot, wc);
     else
@@ -94,6 +95,14 @@ void connection_state::complete(work_slot* slot, const ibv_wc& wc) noexcept {
             // (the peer stopped answering, say), not only "flushed".
             op->error = flushed_error(op, wc);
         }
+        connection_tally::per_kind& counts = tally_[op->kind];
+        if (wc.status != IBV_WC_SUCCESS || op->error) [[unlikely]] {
+            counts.failed.add();
+        } else {
+            counts.completed.add();
+            if (slot->receive)
+                counts.bytes.add(wc.byte_len);
+        }
     }
     for (std::size_t i = 0; i < slot->buffer_count; ++i)
         slot->buffers[i] = local_slice{};
@@ -131,9 +140,12 @@ void connection_state::complete_queue_slot(work_slot* slot, const ibv_wc& wc) no
     receive_queue_state* queue = slot->queue;
     std::shared_ptr<connection_state> keep = --outstanding_ == 0 ? std::move(self_while_busy_) : nullptr;
     if (wc.status == IBV_WC_SUCCESS) {
+        tally_[op_kind::recv].completed.add();
+        tally_[op_kind::recv].bytes.add(wc.byte_len);
         queue->on_message(slot, wc);  // may resume a coroutine awaiting next()
         return;
     }
+    tally_[op_kind::recv].failed.add();
     // A failed receive wakes next() at once (receive_queue_state::finished),
     // and the coroutine it resumes may drop the last handle to this
     // connection: stay alive to mark it broken.

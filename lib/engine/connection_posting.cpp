@@ -85,14 +85,17 @@ void connection_state::post(operation_base* op, work_slot* slot) {
         wr.num_sge = op->sge_count;
         qp_->post_recv(wr);
         append_posted(slot);
+        tally_[op_kind::recv].posted.add();
     } else {
         // Only the fields this opcode reads: wr_id and sg_list were set when
         // the slot was made, and the rest of the request is never read.
         ibv_send_wr& wr = slot->wr;
+        std::uint64_t bytes = 0;
         for (std::size_t i = 0; i < op->sge_count; ++i) {
             const local_slice& s = op->local[i];
             slot->sges[i] = {reinterpret_cast<std::uint64_t>(s.data()), static_cast<std::uint32_t>(s.size()),
                              s.lkey()};
+            bytes += s.size();
         }
         wr.next = nullptr;
         wr.num_sge = op->sge_count;
@@ -132,6 +135,7 @@ void connection_state::post(operation_base* op, work_slot* slot) {
                 *slot->atomic_result = atomic_poison;
             slot->sges[0] = {reinterpret_cast<std::uint64_t>(slot->atomic_result), 8, slot->atomic_lkey};
             wr.num_sge = 1;
+            bytes = 8;
             break;
         case op_kind::recv: break;
         }
@@ -140,6 +144,9 @@ void connection_state::post(operation_base* op, work_slot* slot) {
         // DMA of it (sends and writes of one slice, up to max_inline_data).
         if (may_inline && op->sge_count == 1 && slot->sges[0].length <= qp_->capacity().max_inline_data)
             flags |= IBV_SEND_INLINE;
+        connection_tally::per_kind& counts = tally_[op->kind];
+        counts.posted.add();
+        counts.bytes.add(bytes);
         if (event_listener_access::in_drain_pass(*event_listener_)) {
             // Batched doorbell: chained, posted when the pass ends. Only
             // every signal_every_-th request (and the chain's last, see
@@ -147,9 +154,9 @@ void connection_state::post(operation_base* op, work_slot* slot) {
             if (++unsignalled_ >= signal_every_) {
                 flags |= IBV_SEND_SIGNALED;
                 unsignalled_ = 0;
-                ++counters_.signalled;
+                tally_.signalled.add();
             }
-            ++counters_.requests;
+            tally_.work_requests.add();
             wr.send_flags = flags;
             if (chain_tail_ != nullptr)
                 chain_tail_->wr.next = &wr;
@@ -161,9 +168,9 @@ void connection_state::post(operation_base* op, work_slot* slot) {
             wr.send_flags = flags | IBV_SEND_SIGNALED;
             qp_->post_send(wr);
             append_sent(slot);
-            ++counters_.requests;
-            ++counters_.doorbells;
-            ++counters_.signalled;
+            tally_.work_requests.add();
+            tally_.doorbells.add();
+            tally_.signalled.add();
         }
     }
     // The operation's frame keeps its buffers; the slot takes them only if
@@ -209,7 +216,7 @@ void connection_state::ring() noexcept {
     // every unsignalled one before it.
     if ((tail->wr.send_flags & IBV_SEND_SIGNALED) == 0) {
         tail->wr.send_flags |= IBV_SEND_SIGNALED;
-        ++counters_.signalled;
+        tally_.signalled.add();
     }
     tail->wr.next = nullptr;
     if (broken_) {
@@ -217,7 +224,7 @@ void connection_state::ring() noexcept {
         return;
     }
     ibv_send_wr* bad = nullptr;
-    ++counters_.doorbells;
+    tally_.doorbells.add();
     int rc = ibv_post_send(qp_->native_handle(), &head->wr, &bad);
     work_slot* s = head;
     while (s != nullptr && !(rc != 0 && &s->wr == bad)) {
@@ -289,6 +296,7 @@ void connection_state::enqueue(operation_base* op) noexcept {
     bool receive = is_receive(op->kind);
     operation_base*& head = receive ? recv_waiters_head_ : send_waiters_head_;
     operation_base*& tail = receive ? recv_waiters_tail_ : send_waiters_tail_;
+    (receive ? tally_.recv_waits : tally_.send_waits).add();
     op->waiting = true;
     op->next_waiting = nullptr;
     op->prev_waiting = tail;
@@ -307,6 +315,7 @@ void connection_state::unlink(operation_base* op) noexcept {
 }
 
 void connection_state::fail(operation_base* op, std::exception_ptr error) noexcept {
+    tally_[op->kind].failed.add();
     op->error = std::move(error);
     op->done = true;
 }

@@ -64,6 +64,7 @@ void connection_state::post_receive(work_slot* slot) {
     qp_->post_recv(wr);
     append_posted(slot);
     count_posted();
+    tally_[op_kind::recv].posted.add();
 }
 
 void connection_state::release_recv_slot(work_slot* slot) noexcept {

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 
+#include "engine/connection_registry.hpp"
+#include "engine/event_listener_access.hpp"
 #include "engine/receive_queue_state.hpp"
 #include "engine/shared_receive_state.hpp"
 #include "log/logf.hpp"
@@ -23,10 +25,12 @@ constexpr std::uint32_t rxe_vendor_id = 0xffffff;
 }  // namespace
 
 connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<queue_pair> qp,
-                                   std::string peer, const std::shared_ptr<memory_pool>& results_pool)
+                                   std::string peer, const std::shared_ptr<memory_pool>& results_pool,
+                                   const char* role)
     : event_listener_(std::move(el)), qp_(std::move(qp)), peer_(std::move(peer)),
       send_slots_(qp_->capacity().max_send_wr), recv_slots_(qp_->capacity().max_recv_wr),
-      results_pool_(results_pool) {
+      results_pool_(results_pool), role_(role) {
+    event_listener_access::connections(*event_listener_).add(this);
     check_atomic_results_ = event_listener_->device()->attributes().vendor_id == rxe_vendor_id;
     bell_.ring = &connection_state::on_ring;
     bell_.self = this;
@@ -93,6 +97,7 @@ void connection_state::make_atomic_results() {
 }
 
 connection_state::~connection_state() {
+    event_listener_access::connections(*event_listener_).remove(this);
     if (shared_receives_)
         shared_receives_->detach(qp_->qp_num());
     if (agent) {
@@ -119,6 +124,10 @@ void connection_state::set_transport(std::shared_ptr<detail::transport> t) {
 void connection_state::mark_broken(const std::string& why) noexcept {
     broken_ = true;
     broken_reason_ = why;
+    try {
+        event_listener_access::connections(*event_listener_).note_broken(this, why);
+    } catch (...) {  // the snapshot shows it up a while longer; the connection still breaks
+    }
     detail::logf(log_level::info, "cordma: connection to %s (QP %u) ended: %s", peer_.c_str(), qp_->qp_num(),
                  why.c_str());
     fail_waiters();

@@ -19,6 +19,7 @@
 #include <cordma/queue_pair.hpp>
 #include <cordma/task.hpp>
 #include <cordma/detail/operation.hpp>
+#include "engine/connection_tally.hpp"
 #include "engine/transport.hpp"
 #include "engine/slot_array.hpp"
 #include "engine/work_slot.hpp"
@@ -41,9 +42,12 @@ class connection_state : public std::enable_shared_from_this<connection_state> {
 public:
     /// `results_pool`: registered memory (local writes only) for the atomic
     /// result slots, one registration shared by many connections; null (an
-    /// adopted QP): the connection registers its own.
+    /// adopted QP): the connection registers its own. `role` names the
+    /// QP in metrics ("data", or "agent" for the agent's control QP; a
+    /// string literal).
     connection_state(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<queue_pair> qp,
-                     std::string peer, const std::shared_ptr<memory_pool>& results_pool = nullptr);
+                     std::string peer, const std::shared_ptr<memory_pool>& results_pool = nullptr,
+                     const char* role = "data");
     ~connection_state();
     connection_state(const connection_state&) = delete;
     connection_state& operator=(const connection_state&) = delete;
@@ -140,15 +144,10 @@ public:
     /// has begun, so a handle made and dropped again starts no second one.
     bool closing_dropped = false;
 
-    /// What the send queue has seen: work requests, ibv_post_send calls
-    /// (doorbells) and requests that asked for a completion. Event listener
-    /// thread; for tests and benchmarks of batching and signalling.
-    struct send_counters {
-        std::uint64_t requests = 0;
-        std::uint64_t doorbells = 0;
-        std::uint64_t signalled = 0;
-    };
-    const send_counters& counters() const noexcept { return counters_; }
+    /// What it counted (metrics.hpp), live; read() from any thread.
+    const connection_tally& tally() const noexcept { return tally_; }
+    /// "data" or "agent" (metrics).
+    const char* role() const noexcept { return role_; }
 
 private:
     static void on_complete(completion_target* target, const ibv_wc& wc) noexcept;
@@ -232,7 +231,8 @@ private:
     // retires every request before it (selective signalling).
     work_slot* sent_head_ = nullptr;
     work_slot* sent_tail_ = nullptr;
-    send_counters counters_;
+    connection_tally tally_;
+    const char* role_;
     memory_region atomic_results_mr_;
 
     // Waiting for a credit, FIFO, per queue.

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <utility>
 
+#include "engine/connection_registry.hpp"
 #include "engine/event_listener_timer.hpp"
 #include "engine/exit_wait.hpp"
 #include "verbs/check.hpp"
@@ -178,6 +179,7 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
         io_uring_queue_exit(ring_.get());
         detail::throw_verbs_error(saved, "eventfd()");
     }
+    connections_ = std::make_unique<detail::connection_registry>();
     channel_watch_.self = this;
     channel_watch_.on_ready = [](detail::uring_target* t, int) noexcept {
         static_cast<channel_watch*>(t)->self->on_channel_ready();
@@ -187,6 +189,8 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
         static_cast<wakeup_watch*>(t)->self->on_wakeup();
     };
 }
+
+metrics_snapshot event_listener::metrics() const { return connections_->snapshot(); }
 
 event_listener::~event_listener() {
     // Timers still pending when the thread stopped never fire.

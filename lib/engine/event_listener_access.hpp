@@ -34,6 +34,8 @@ public:
     }
     /// After drive() returned not_taken or handed_back, once the wait ended.
     static void end_wait(event_listener& l) noexcept { l.end_wait(); }
+    /// The connections counted for metrics (connection_registry.hpp).
+    static connection_registry& connections(event_listener& l) noexcept { return *l.connections_; }
 };
 
 }  // namespace cordma::detail

@@ -1,0 +1,165 @@
+#pragma once
+/// \file
+/// What every connection did: exact counters, readable from any thread
+/// while the connections run, and their renderings for operators
+/// (Prometheus' text format, JSON).
+///
+/// Each connection counts on the thread that runs its event listener's
+/// loop, in memory that thread already touches (no lock, no atomic
+/// read-modify-write: one writer at a time, readers see each counter whole).
+/// A snapshot reads every counter once: each is exact, and the set is as of
+/// a moment during the read (operations completing meanwhile may show as
+/// posted and not yet completed).
+///
+/// ```
+/// cordma::metrics_snapshot m = builder.metrics();
+/// std::uint64_t writes = m.total()[cordma::operation_kind::write].completed;
+/// std::string page = cordma::to_prometheus(m);  // for a scrape
+/// ```
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cordma/export.hpp>
+
+namespace cordma {
+
+/// The kinds of operation a connection counts (connection.hpp's calls).
+enum class operation_kind : std::uint8_t {
+    /// connection::send.
+    send,
+    /// connection::send_with_imm.
+    send_with_imm,
+    /// connection::write.
+    write,
+    /// connection::write_with_imm.
+    write_with_imm,
+    /// connection::read.
+    read,
+    /// connection::fetch_add.
+    fetch_add,
+    /// connection::compare_swap.
+    compare_swap,
+    /// connection::recv and recv_imm, and a receive_queue's receives.
+    recv,
+};
+/// How many kinds there are (the size of connection_counters::operations).
+inline constexpr std::size_t operation_kinds = 8;
+/// "send", "send_with_imm", "write", ..., "recv": the name used in the
+/// renderings.
+CORDMA_API const char* name(operation_kind kind) noexcept;
+
+/// The work completion statuses counted one by one (ibv_wc_status values
+/// below this; a larger one is counted in the last).
+inline constexpr std::size_t completion_statuses = 24;
+
+/// "success", "loc_len_err", ..., "tm_rndv_incomplete": ibv_wc_status's
+/// names in lower case without IBV_WC_, the label in the renderings.
+CORDMA_API const char* completion_status_name(std::size_t status) noexcept;
+
+/// One kind of operation on one connection.
+struct operation_counters {
+    /// Work requests posted for it (for recv: receives posted, by recv or
+    /// by a receive_queue).
+    std::uint64_t posted = 0;
+    /// Operations that finished successfully (for recv: messages delivered,
+    /// to a recv or a receive_queue).
+    std::uint64_t completed = 0;
+    /// Operations that finished with an error: a failed or flushed
+    /// completion, a cancellation, or a refusal before posting.
+    std::uint64_t failed = 0;
+    /// Bytes: of the requests posted (send, write, read; 8 for an atomic),
+    /// or of the messages delivered (recv).
+    std::uint64_t bytes = 0;
+};
+
+/// Everything one connection (one queue pair) counted, or a sum of them.
+struct CORDMA_API connection_counters {
+    /// By operation kind, indexed by operation_kind.
+    std::array<operation_counters, operation_kinds> operations{};
+    /// Work completions reaped from the device for this queue pair, by
+    /// ibv_wc_status (index 0: IBV_WC_SUCCESS). Unsignalled requests
+    /// produce none (a later completion retires them).
+    std::array<std::uint64_t, completion_statuses> completions{};
+    /// Send-queue work requests posted.
+    std::uint64_t work_requests = 0;
+    /// ibv_post_send calls that posted them: fewer than the requests when
+    /// a drain pass chained them.
+    std::uint64_t doorbells = 0;
+    /// Requests that asked for a completion (selective signalling).
+    std::uint64_t signalled = 0;
+    /// Operations that found the send queue full and waited for room.
+    std::uint64_t send_waits = 0;
+    /// Receives that found the receive queue full and waited for room.
+    std::uint64_t recv_waits = 0;
+
+    /// The counters of one kind.
+    const operation_counters& operator[](operation_kind kind) const noexcept {
+        return operations[static_cast<std::size_t>(kind)];
+    }
+    /// Every work completion reaped (the sum over statuses).
+    std::uint64_t completions_reaped() const noexcept;
+    /// Adds `other`'s counts to these (totals, sums by host).
+    connection_counters& operator+=(const connection_counters& other) noexcept;
+};
+
+/// One live connection's queue pair, as counted.
+struct connection_metrics {
+    /// The peer's address ("10.0.0.2:7471", as in error messages).
+    std::string peer;
+    /// The queue pair's number (a connection with the agent has two: the
+    /// data QP and the agent's control QP, role "agent").
+    std::uint32_t qp_num = 0;
+    /// "data", or "agent" for the agent's control queue pair.
+    std::string role;
+    /// Whether it broke (a failed completion, the peer gone, closed).
+    bool broken = false;
+    /// Why it broke (the first failure), or empty.
+    std::string broken_reason;
+    /// What it counted.
+    connection_counters counters;
+};
+
+/// The connections of one event listener (one builder's or listener's),
+/// read at once.
+struct CORDMA_API metrics_snapshot {
+    /// The live ones, oldest first.
+    std::vector<connection_metrics> connections;
+    /// What the connections that have gone counted, summed.
+    connection_counters closed;
+    /// Queue pairs counted since the event listener started.
+    std::uint64_t opened = 0;
+    /// Those of them destroyed since (their counts are in `closed`).
+    std::uint64_t gone = 0;
+
+    /// closed plus every live connection's.
+    connection_counters total() const;
+    /// The live connections' counters summed by peer host (the address
+    /// without its port), hosts in order of first appearance.
+    std::vector<std::pair<std::string, connection_counters>> by_peer_host() const;
+};
+
+/// What to_prometheus renders beside the totals.
+struct prometheus_options {
+    /// Series per peer host (label host).
+    bool peer_hosts = true;
+    /// Series per live queue pair (labels peer, qp, role): exact, but as
+    /// many series as connections, which a server with thousands of
+    /// clients may not want scraped.
+    bool connections = false;
+};
+
+/// The snapshot in Prometheus' text exposition format (0.0.4, what a
+/// Prometheus server scrapes; `promtool check metrics` accepts it): metric
+/// names prefixed "cordma_", counters ending in "_total", every family with
+/// its HELP and TYPE.
+CORDMA_API std::string to_prometheus(const metrics_snapshot& snapshot, const prometheus_options& options = {});
+/// The snapshot as one JSON object (totals, closed, by_peer_host and
+/// connections, every counter by name; zero counts included).
+CORDMA_API std::string to_json(const metrics_snapshot& snapshot);
+
+}  // namespace cordma

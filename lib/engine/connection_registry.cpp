@@ -1,0 +1,48 @@
+#include "engine/connection_registry.hpp"
+
+#include <algorithm>
+
+#include "engine/connection_state.hpp"
+
+namespace cordma::detail {
+
+void connection_registry::add(const connection_state* state) {
+    std::lock_guard lock(mutex_);
+    live_.push_back({state, false, {}});
+    ++opened_;
+}
+
+void connection_registry::remove(const connection_state* state) noexcept {
+    connection_counters last = state->tally().read();
+    std::lock_guard lock(mutex_);
+    auto it = std::find_if(live_.begin(), live_.end(), [&](const entry& e) { return e.state == state; });
+    if (it == live_.end())
+        return;
+    live_.erase(it);
+    closed_ += last;
+    ++gone_;
+}
+
+void connection_registry::note_broken(const connection_state* state, const std::string& why) {
+    std::lock_guard lock(mutex_);
+    for (entry& e : live_)
+        if (e.state == state && !e.broken) {
+            e.broken = true;
+            e.reason = why;
+        }
+}
+
+metrics_snapshot connection_registry::snapshot() const {
+    metrics_snapshot m;
+    std::lock_guard lock(mutex_);
+    m.connections.reserve(live_.size());
+    for (const entry& e : live_)
+        m.connections.push_back({e.state->peer(), e.state->qp()->qp_num(), e.state->role(), e.broken, e.reason,
+                                 e.state->tally().read()});
+    m.closed = closed_;
+    m.opened = opened_;
+    m.gone = gone_;
+    return m;
+}
+
+}  // namespace cordma::detail

@@ -1,0 +1,41 @@
+#pragma once
+/// The connections (queue pairs) of one event listener, for a metrics
+/// snapshot on any thread: each connection_state enters when made and
+/// leaves when destroyed, leaving its counts in the closed totals. Locked
+/// only then, when a connection breaks, and by a snapshot: never per
+/// operation.
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cordma/metrics.hpp>
+
+namespace cordma::detail {
+
+class connection_state;
+
+class connection_registry {
+public:
+    void add(const connection_state* state);
+    /// Its final counts go into the closed totals.
+    void remove(const connection_state* state) noexcept;
+    /// `state` broke, for `why` (kept for the snapshot; any thread).
+    void note_broken(const connection_state* state, const std::string& why);
+    metrics_snapshot snapshot() const;
+
+private:
+    struct entry {
+        const connection_state* state;
+        bool broken = false;
+        std::string reason;
+    };
+    mutable std::mutex mutex_;
+    std::vector<entry> live_;  // oldest first
+    connection_counters closed_;
+    std::uint64_t opened_ = 0;
+    std::uint64_t gone_ = 0;
+};
+
+}  // namespace cordma::detail

@@ -1,0 +1,150 @@
+// metrics.hpp's to_prometheus: the snapshot in Prometheus' text exposition
+// format 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/):
+// one family per counter, its HELP and TYPE first and its samples together;
+// totals as cordma_*, per peer host as cordma_peer_*{host}, per queue pair
+// as cordma_qp_*{peer,qp,role}.
+#include <cordma/metrics.hpp>
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace cordma {
+
+namespace {
+
+// A label value, escaped as the format asks (backslash, quote, newline).
+std::string escaped(std::string_view v) {
+    std::string out;
+    out.reserve(v.size());
+    for (char c : v) {
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '"')
+            out += "\\\"";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
+    }
+    return out;
+}
+
+// One sample: name{labels[,extra]} value.
+void sample(std::string& out, const std::string& name, const std::string& labels, const std::string& extra,
+            std::uint64_t value) {
+    out += name;
+    if (!labels.empty() || !extra.empty()) {
+        out += '{';
+        out += labels;
+        if (!labels.empty() && !extra.empty())
+            out += ',';
+        out += extra;
+        out += '}';
+    }
+    out += ' ';
+    out += std::to_string(value);
+    out += '\n';
+}
+
+using emit = std::function<void(const std::string& extra, std::uint64_t value)>;
+
+struct family {
+    const char* name;  // after the scope's prefix, with its _total
+    const char* help;
+    void (*samples)(const connection_counters& c, const emit& e);
+};
+
+void by_kind(const connection_counters& c, const emit& e, std::uint64_t operation_counters::*field) {
+    for (std::size_t k = 0; k < operation_kinds; ++k)
+        e(std::string("kind=\"") + name(static_cast<operation_kind>(k)) + "\"", c.operations[k].*field);
+}
+
+const family families[] = {
+    {"operations_posted_total", "Work requests posted, by operation kind (recv: receives posted).",
+     [](const connection_counters& c, const emit& e) { by_kind(c, e, &operation_counters::posted); }},
+    {"operations_completed_total", "Operations finished successfully, by kind (recv: messages delivered).",
+     [](const connection_counters& c, const emit& e) { by_kind(c, e, &operation_counters::completed); }},
+    {"operations_failed_total",
+     "Operations finished with an error (a failed or flushed completion, a cancellation, a refusal), by kind.",
+     [](const connection_counters& c, const emit& e) { by_kind(c, e, &operation_counters::failed); }},
+    {"operation_bytes_total",
+     "Bytes of the requests posted (send, write, read; 8 an atomic) and of the messages received, by kind.",
+     [](const connection_counters& c, const emit& e) { by_kind(c, e, &operation_counters::bytes); }},
+    {"completions_total", "Work completions reaped from the device, by status (those never seen are left out).",
+     [](const connection_counters& c, const emit& e) {
+         for (std::size_t s = 0; s < completion_statuses; ++s)
+             if (s == 0 || c.completions[s] != 0)
+                 e(std::string("status=\"") + completion_status_name(s) + "\"", c.completions[s]);
+     }},
+    {"work_requests_total", "Send-queue work requests posted.",
+     [](const connection_counters& c, const emit& e) { e("", c.work_requests); }},
+    {"doorbells_total", "ibv_post_send calls (a chain of requests rings one).",
+     [](const connection_counters& c, const emit& e) { e("", c.doorbells); }},
+    {"signalled_requests_total", "Send-queue work requests that asked for a completion.",
+     [](const connection_counters& c, const emit& e) { e("", c.signalled); }},
+    {"send_queue_waits_total", "Operations that found the send queue full and waited for room.",
+     [](const connection_counters& c, const emit& e) { e("", c.send_waits); }},
+    {"receive_queue_waits_total", "Receives that found the receive queue full and waited for room.",
+     [](const connection_counters& c, const emit& e) { e("", c.recv_waits); }},
+};
+
+struct scope {
+    std::string labels;
+    const connection_counters* counters;
+};
+
+void render(std::string& out, const char* prefix, const char* what, const std::vector<scope>& scopes) {
+    if (scopes.empty())
+        return;
+    for (const family& f : families) {
+        std::string name = std::string("cordma_") + prefix + f.name;
+        out += "# HELP " + name + " " + f.help + " " + what + "\n";
+        out += "# TYPE " + name + " counter\n";
+        for (const scope& s : scopes)
+            f.samples(*s.counters,
+                      [&](const std::string& extra, std::uint64_t value) { sample(out, name, s.labels, extra, value); });
+    }
+}
+
+}  // namespace
+
+std::string to_prometheus(const metrics_snapshot& snapshot, const prometheus_options& options) {
+    std::string out;
+    std::uint64_t broken = 0;
+    for (const connection_metrics& c : snapshot.connections)
+        broken += c.broken ? 1 : 0;
+    out += "# HELP cordma_queue_pairs Queue pairs live now (a connection with the agent has two).\n"
+           "# TYPE cordma_queue_pairs gauge\n";
+    sample(out, "cordma_queue_pairs", "", "", snapshot.connections.size());
+    out += "# HELP cordma_queue_pairs_broken Live queue pairs whose connection broke (not yet closed).\n"
+           "# TYPE cordma_queue_pairs_broken gauge\n";
+    sample(out, "cordma_queue_pairs_broken", "", "", broken);
+    out += "# HELP cordma_queue_pairs_opened_total Queue pairs opened.\n"
+           "# TYPE cordma_queue_pairs_opened_total counter\n";
+    sample(out, "cordma_queue_pairs_opened_total", "", "", snapshot.opened);
+    out += "# HELP cordma_queue_pairs_closed_total Queue pairs closed (their counts stay in the totals).\n"
+           "# TYPE cordma_queue_pairs_closed_total counter\n";
+    sample(out, "cordma_queue_pairs_closed_total", "", "", snapshot.gone);
+
+    connection_counters total = snapshot.total();
+    render(out, "", "All queue pairs, closed ones included.", {scope{"", &total}});
+    if (options.peer_hosts) {
+        auto hosts = snapshot.by_peer_host();
+        std::vector<scope> scopes;
+        for (const auto& [host, counters] : hosts)
+            scopes.push_back({"host=\"" + escaped(host) + "\"", &counters});
+        render(out, "peer_", "Live queue pairs, by peer host.", scopes);
+    }
+    if (options.connections) {
+        std::vector<scope> scopes;
+        for (const connection_metrics& c : snapshot.connections)
+            scopes.push_back({"peer=\"" + escaped(c.peer) + "\",qp=\"" + std::to_string(c.qp_num) + "\",role=\"" +
+                                  escaped(c.role) + "\"",
+                              &c.counters});
+        render(out, "qp_", "By live queue pair.", scopes);
+    }
+    return out;
+}
+
+}  // namespace cordma

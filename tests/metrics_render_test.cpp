@@ -1,0 +1,72 @@
+// metrics.hpp's arithmetic and renderings on snapshots made by hand (no
+// device): sums, peer hosts from every address form, label escaping, and
+// the Prometheus page's shape. metrics_test checks real counts and runs
+// promtool on a live process's page.
+
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include <cordma/metrics.hpp>
+
+using namespace cordma;
+
+namespace {
+
+connection_metrics qp(std::string peer, std::uint32_t num, std::uint64_t writes) {
+    connection_metrics c;
+    c.peer = std::move(peer);
+    c.qp_num = num;
+    c.role = "data";
+    c.counters.operations[static_cast<std::size_t>(operation_kind::write)] = {writes, writes, 0, writes * 100};
+    c.counters.completions[0] = writes;
+    c.counters.work_requests = writes;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("snapshots sum live and closed counters, and group them by peer host", "[metrics]") {
+    metrics_snapshot m;
+    m.connections = {qp("10.0.0.2:7471", 1, 3), qp("10.0.0.2:7471 (agent)", 2, 4), qp("[fe80::1]:9000", 3, 5),
+                     qp("10.0.0.3:41000", 4, 6), qp("fe80::2", 5, 7)};
+    m.closed.operations[static_cast<std::size_t>(operation_kind::write)].completed = 100;
+    CHECK(m.total()[operation_kind::write].completed == 3 + 4 + 5 + 6 + 7 + 100);
+    CHECK(m.total()[operation_kind::write].bytes == (3 + 4 + 5 + 6 + 7) * 100);
+    CHECK(m.total().completions_reaped() == 3 + 4 + 5 + 6 + 7);
+
+    auto hosts = m.by_peer_host();
+    REQUIRE(hosts.size() == 4);
+    CHECK(hosts[0].first == "10.0.0.2");
+    CHECK(hosts[0].second[operation_kind::write].completed == 7);
+    CHECK(hosts[1].first == "fe80::1");
+    CHECK(hosts[2].first == "10.0.0.3");
+    CHECK(hosts[3].first == "fe80::2");
+}
+
+TEST_CASE("the Prometheus page has every family once, typed, and escapes label values", "[metrics]") {
+    metrics_snapshot m;
+    m.connections = {qp("a\"b\\c:1", 7, 2)};
+    m.opened = 3;
+    m.gone = 2;
+    std::string page = to_prometheus(m, {.peer_hosts = true, .connections = true});
+    CHECK_THAT(page, Catch::Contains("# TYPE cordma_operations_completed_total counter\n"));
+    CHECK_THAT(page, Catch::Contains("cordma_operations_completed_total{kind=\"write\"} 2\n"));
+    CHECK_THAT(page, Catch::Contains("cordma_queue_pairs 1\n"));
+    CHECK_THAT(page, Catch::Contains("cordma_queue_pairs_opened_total 3\n"));
+    CHECK_THAT(page, Catch::Contains("cordma_peer_operations_completed_total{host=\"a\\\"b\\\\c\",kind=\"write\"} 2\n"));
+    CHECK_THAT(page, Catch::Contains("cordma_qp_work_requests_total{peer=\"a\\\"b\\\\c:1\",qp=\"7\",role=\"data\"} 2\n"));
+    // Each family's TYPE line appears once.
+    std::size_t at = 0, types = 0;
+    while ((at = page.find("# TYPE cordma_work_requests_total ", at)) != std::string::npos) {
+        ++types;
+        ++at;
+    }
+    CHECK(types == 1);
+    // Without the per-connection option, no qp series.
+    CHECK_THAT(to_prometheus(m), !Catch::Contains("cordma_qp_"));
+
+    std::string json = to_json(m);
+    CHECK_THAT(json, Catch::Contains("\"peer\": \"a\\\"b\\\\c:1\""));
+    CHECK_THAT(json, Catch::Contains("\"write\": {\"posted\": 2, \"completed\": 2, \"failed\": 0, \"bytes\": 200}"));
+}

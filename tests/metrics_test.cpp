@@ -1,0 +1,272 @@
+// Metrics over real rxe connections (metrics.hpp): every operation kind
+// issued a known number of times and read back exactly, waits for a full
+// send queue, a failed write counted by its status, the registry's live
+// and closed totals per builder and per peer host, and the Prometheus
+// rendering checked by promtool (Debian's prometheus package, which
+// tools/install-deps installs).
+
+#include <sys/wait.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <cordma/builder.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/listener.hpp>
+#include <cordma/metrics.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+#include <cordma/when_all.hpp>
+
+#include "support/loopback_pair.hpp"
+#include "support/rxe_device.hpp"
+
+using namespace cordma;
+using test::any_port;
+
+namespace {
+
+constexpr std::uint64_t rounds = 25;
+
+struct fixture {
+    explicit fixture(qp_capacity capacity = {})
+        : el(event_listener::start(test::open_test_device())),
+          pool(memory_pool::create(protection_domain::create(el->device()))) {
+        std::tie(client, server) = test::adopted_pair(el, pool->pd(), capacity);
+    }
+    std::shared_ptr<event_listener> el;
+    std::shared_ptr<memory_pool> pool;
+    connection client;
+    connection server;
+};
+
+// Every kind, `rounds` times each, one after another; returns the bytes
+// the server's receives reported.
+task<std::uint64_t> every_kind(fixture& f, local_mr& out, local_mr& in, local_mr& target, local_mr& words) {
+    std::uint64_t received = 0;
+    for (std::uint64_t i = 0; i < rounds; ++i) {
+        auto [got, sent] = co_await when_all(f.server.recv(in.slice(0, 4096)), f.client.send(out.slice(0, 64)));
+        (void)sent;
+        received += got.length;
+    }
+    for (std::uint64_t i = 0; i < rounds; ++i) {
+        auto [got, sent] = co_await when_all(f.server.recv(in.slice(0, 4096)),
+                                             f.client.send_with_imm(out.slice(0, 32), static_cast<std::uint32_t>(i)));
+        (void)sent;
+        received += got.length;
+    }
+    for (std::uint64_t i = 0; i < rounds; ++i) {
+        auto [got, sent] = co_await when_all(
+            f.server.recv_imm(),
+            f.client.write_with_imm(out.slice(0, 100), target.remote().slice(0, 100), static_cast<std::uint32_t>(i)));
+        (void)sent;
+        received += got.length;
+    }
+    for (std::uint64_t i = 0; i < rounds; ++i)
+        co_await f.client.write(out.slice(0, 200), target.remote().slice(0, 200));
+    for (std::uint64_t i = 0; i < rounds; ++i)
+        co_await f.client.read(in.slice(0, 300), target.remote().slice(0, 300));
+    for (std::uint64_t i = 0; i < rounds; ++i)
+        co_await f.client.fetch_add(words.remote().slice(0, 8), 1);
+    for (std::uint64_t i = 0; i < rounds; ++i)
+        co_await f.client.compare_swap(words.remote().slice(8, 8), i, i + 1);
+    co_return received;
+}
+
+task<void> write_one(connection& c, local_slice from, remote_slice to) { co_await c.write(from, to); }
+
+void check_kind(const connection_counters& c, operation_kind kind, std::uint64_t n, std::uint64_t bytes) {
+    INFO("kind " << name(kind));
+    CHECK(c[kind].posted == n);
+    CHECK(c[kind].completed == n);
+    CHECK(c[kind].failed == 0);
+    CHECK(c[kind].bytes == bytes);
+}
+
+// Writes `text` to a file and runs `command` on it; its exit status and output.
+std::pair<int, std::string> run_on(const std::string& text, const std::string& command) {
+    char path[] = "/tmp/cordma-metrics-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+    close(fd);
+    std::string line = command + " < " + path + " 2>&1";
+    FILE* p = popen(line.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string output;
+    char buf[512];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p))
+        output.append(buf, n);
+    int status = pclose(p);
+    unlink(path);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+}  // namespace
+
+TEST_CASE("every operation kind is counted exactly, on both ends", "[metrics]") {
+    fixture f;
+    local_mr out = f.pool->allocate(4096);
+    local_mr in = f.pool->allocate(4096);
+    local_mr target = f.pool->allocate(4096);
+    local_mr words = f.pool->allocate(16);
+    std::memset(words.data(), 0, 16);
+
+    std::uint64_t received = sync_wait(every_kind(f, out, in, target, words));
+
+    connection_counters c = f.client.counters();
+    check_kind(c, operation_kind::send, rounds, rounds * 64);
+    check_kind(c, operation_kind::send_with_imm, rounds, rounds * 32);
+    check_kind(c, operation_kind::write_with_imm, rounds, rounds * 100);
+    check_kind(c, operation_kind::write, rounds, rounds * 200);
+    check_kind(c, operation_kind::read, rounds, rounds * 300);
+    check_kind(c, operation_kind::fetch_add, rounds, rounds * 8);
+    check_kind(c, operation_kind::compare_swap, rounds, rounds * 8);
+    check_kind(c, operation_kind::recv, 0, 0);
+    CHECK(c.work_requests == 7 * rounds);
+    CHECK(c.doorbells >= 1);
+    CHECK(c.doorbells <= c.work_requests);
+    // One completion per request that asked for one, every one a success.
+    CHECK(c.completions_reaped() == c.signalled);
+    CHECK(c.completions[0] == c.signalled);
+    CHECK(c.send_waits == 0);
+
+    connection_counters s = f.server.counters();
+    CHECK(received == rounds * (64 + 32 + 100));
+    check_kind(s, operation_kind::recv, 3 * rounds, received);
+    check_kind(s, operation_kind::send, 0, 0);
+    CHECK(s.work_requests == 0);
+    CHECK(s.completions[0] == 3 * rounds);
+    CHECK(s.completions_reaped() == 3 * rounds);
+
+    // The event listener's snapshot holds both, by name, with the same counts.
+    metrics_snapshot m = f.el->metrics();
+    REQUIRE(m.connections.size() == 2);
+    CHECK(m.opened == 2);
+    CHECK(m.gone == 0);
+    connection_counters total = m.total();
+    CHECK(total[operation_kind::write].completed == rounds);
+    CHECK(total[operation_kind::recv].completed == 3 * rounds);
+    CHECK(total.completions[0] == c.signalled + 3 * rounds);
+}
+
+TEST_CASE("waits for a full send queue and a failed write are counted, by status", "[metrics]") {
+    qp_capacity capacity;
+    capacity.max_send_wr = 4;
+    fixture f(capacity);
+    local_mr sources = f.pool->allocate(16 * 8);
+    local_mr target = f.pool->allocate(16 * 8);
+
+    // Sixteen writes started at once on the event listener thread: four
+    // take the send queue's four entries, twelve wait for one.
+    sync_wait([](fixture& f, local_mr& sources, local_mr& target) -> task<void> {
+        co_await f.el->schedule();
+        std::vector<task<void>> writes;
+        for (std::size_t i = 0; i < 16; ++i)
+            writes.push_back(write_one(f.client, sources.slice(i * 8, 8), target.remote().slice(i * 8, 8)));
+        co_await when_all(std::move(writes));
+    }(f, sources, target));
+    connection_counters c = f.client.counters();
+    CHECK(c.send_waits == 12);
+    check_kind(c, operation_kind::write, 16, 16 * 8);
+
+    // A forged key: the write fails with a remote access error, the
+    // connection breaks, and the snapshot says why.
+    remote_slice forged = target.remote().slice(0, 8);
+    forged.rkey ^= 0x5a5a00;
+    int status = sync_wait([](fixture& f, local_mr& sources, remote_slice to) -> task<int> {
+        try {
+            co_await f.client.write(sources.slice(0, 8), to);
+            co_return IBV_WC_SUCCESS;
+        } catch (const work_completion_error& e) {
+            co_return static_cast<int>(e.status());
+        }
+    }(f, sources, forged));
+    CHECK(status == IBV_WC_REM_ACCESS_ERR);
+    c = f.client.counters();
+    CHECK(c[operation_kind::write].posted == 17);
+    CHECK(c[operation_kind::write].completed == 16);
+    CHECK(c[operation_kind::write].failed == 1);
+    CHECK(c.completions[IBV_WC_REM_ACCESS_ERR] == 1);
+    CHECK(std::string(completion_status_name(IBV_WC_REM_ACCESS_ERR)) == "rem_access_err");
+
+    metrics_snapshot m = f.el->metrics();
+    REQUIRE(m.connections.size() == 2);
+    const connection_metrics& mine = m.connections[0].qp_num == f.client.qp()->qp_num() ? m.connections[0]
+                                                                                          : m.connections[1];
+    CHECK(mine.peer == "server");
+    CHECK(mine.role == "data");
+    CHECK(mine.broken);
+    CHECK_THAT(mine.broken_reason, Catch::Contains("remote access error") || Catch::Contains("REM_ACCESS"));
+    CHECK_THAT(to_prometheus(m), Catch::Contains("cordma_completions_total{status=\"rem_access_err\"} 1"));
+}
+
+TEST_CASE("a builder's metrics count live and closed connections, by peer host, for promtool", "[metrics]") {
+    builder b;
+    b.device(test::test_device_name());
+    CHECK(b.metrics().connections.empty());  // nothing opened yet
+    listener l = b.listen(any_port());
+    auto pool = b.pool();
+    local_mr out = pool->allocate(4096);
+    local_mr target = pool->allocate(4096);
+    {
+        auto [server, client] = sync_wait(when_all(l.accept(), b.connect(l.address())));
+        sync_wait([](connection& c, local_mr& out, local_mr& target) -> task<void> {
+            for (int i = 0; i < 10; ++i)
+                co_await c.write(out.slice(0, 1000), target.remote().slice(0, 1000));
+        }(client, out, target));
+
+        metrics_snapshot m = b.metrics();
+        // Each connection with the agent is two queue pairs, on each side.
+        REQUIRE(m.connections.size() == 4);
+        std::size_t agents = 0;
+        for (const connection_metrics& c : m.connections)
+            agents += c.role == "agent" ? 1 : 0;
+        CHECK(agents == 2);
+        auto hosts = m.by_peer_host();
+        REQUIRE(hosts.size() == 1);  // client and server on one host
+        std::string host = l.address().substr(0, l.address().rfind(':'));
+        CHECK(hosts[0].first == host);
+        CHECK(hosts[0].second[operation_kind::write].completed == 10);
+        CHECK(hosts[0].second[operation_kind::write].bytes == 10000);
+
+        // promtool accepts the rendering of a busy process, every series
+        // included, and JSON parses.
+        std::string page = to_prometheus(m, {.peer_hosts = true, .connections = true});
+        CHECK_THAT(page, Catch::Contains("cordma_operations_completed_total{kind=\"write\"} 10"));
+        CHECK_THAT(page, Catch::Contains("cordma_peer_operations_completed_total{host=\"" + host +
+                                         "\",kind=\"write\"} 10"));
+        auto [rc, said] = run_on(page, "promtool check metrics");
+        INFO("promtool says: " << said);
+        INFO("the page:\n" << page);
+        CHECK(rc == 0);
+        CHECK(said.empty());
+        auto [jrc, jsaid] = run_on(to_json(m), "python3 -c 'import json,sys; d=json.load(sys.stdin); "
+                                               "print(d[\"total\"][\"operations\"][\"write\"][\"completed\"])'");
+        CHECK(jrc == 0);
+        CHECK(jsaid == "10\n");
+    }
+    // Both ends closed: their counts stay, in the closed totals. The
+    // connections close on the event listener thread, after their handles
+    // go; wait (bounded) for the registry to see it.
+    metrics_snapshot m;
+    for (int i = 0; i < 500; ++i) {
+        m = b.metrics();
+        if (m.connections.empty())
+            break;
+        usleep(10000);
+    }
+    CHECK(m.connections.empty());
+    CHECK(m.opened == 4);
+    CHECK(m.gone == 4);
+    CHECK(m.closed[operation_kind::write].completed == 10);
+    CHECK(m.total()[operation_kind::write].bytes == 10000);
+}
