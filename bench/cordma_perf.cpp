@@ -189,6 +189,7 @@ struct config {
     std::uint64_t idle_seconds = 0;  // --idle: connections open, no traffic, CPU time measured (0: off)
     bool json = false;
     bool quiet = false;
+    std::string metrics;  // "", "prometheus" or "json": print the counters after the run
     bool measurement_given = false;  // any of the options the client's plan carries
     bool polling_given = false;
 };
@@ -255,6 +256,8 @@ Where and how:
       --loopback           both ends in this process (one listener thread)
       --json               print one JSON document instead of tables
       --quiet              no progress lines on stderr during sweeps
+      --metrics FORMAT     after the run, print what this side's connections
+                           counted (metrics.hpp): prometheus or json
   -V, --version            the version
   -h, --help               this text
 Not yet: -l/--post_list, -Q/--cq-mod, -I/--inline_size, -D/--duration.
@@ -482,6 +485,10 @@ std::optional<config> parse_arguments(int argc, const char* const* argv) {
         } else if (name == "--quiet") {
             flag();
             cfg.quiet = true;
+        } else if (name == "--metrics") {
+            cfg.metrics = value();
+            if (cfg.metrics != "prometheus" && cfg.metrics != "json")
+                throw usage_error("--metrics is prometheus or json, not '" + cfg.metrics + "'");
         } else if (!arg.starts_with("-") && !arg.empty()) {
             if (!cfg.host.empty())
                 throw usage_error("one HOST only (got '" + cfg.host + "' and '" + std::string(arg) + "')");
@@ -1820,6 +1827,15 @@ builder make_builder(config& cfg) {
 
 }  // namespace
 
+// --metrics: what this side's connections counted, rendered, on stdout.
+static void print_metrics(const config& cfg, const metrics_snapshot& m) {
+    if (cfg.metrics.empty())
+        return;
+    std::string text = cfg.metrics == "json" ? to_json(m) + "\n" : to_prometheus(m, {.peer_hosts = true, .connections = true});
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+}
+
 int main(int argc, char** argv) {
     config cfg;
     try {
@@ -1842,6 +1858,7 @@ int main(int argc, char** argv) {
                 std::printf(" Waiting for client to connect... (%s)\n", b.event_listener()->device()->name().c_str());
             std::fflush(stdout);
             sync_wait(run_server(b, l, cfg));
+            print_metrics(cfg, b.metrics());
             return 0;
         }
         if (cfg.mode == "client") {
@@ -1851,6 +1868,7 @@ int main(int argc, char** argv) {
                 print_idle_json(cfg, b.event_listener()->device()->name(), results.idle);
             else if (cfg.json)
                 print_json(cfg, b.event_listener()->device()->name(), results.sizes);
+            print_metrics(cfg, b.metrics());
             return 0;
         }
         auto device = device_context::open(cfg.device);
@@ -1859,6 +1877,7 @@ int main(int argc, char** argv) {
         auto results = sync_wait(run_all(listener, pairs, cfg, device->name()));
         if (cfg.json)
             print_json(cfg, device->name(), results);
+        print_metrics(cfg, listener->metrics());
         // The connections must go before the listener's last user reference;
         // the listener's thread is joined when `listener` goes.
         pairs.clear();

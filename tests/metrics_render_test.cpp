@@ -39,7 +39,7 @@ TEST_CASE("snapshots sum live and closed counters, and group them by peer host",
     REQUIRE(hosts.size() == 4);
     CHECK(hosts[0].first == "10.0.0.2");
     CHECK(hosts[0].second[operation_kind::write].completed == 7);
-    CHECK(hosts[1].first == "fe80::1");
+    CHECK(hosts[1].first == "[fe80::1]");
     CHECK(hosts[2].first == "10.0.0.3");
     CHECK(hosts[3].first == "fe80::2");
 }

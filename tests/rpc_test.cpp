@@ -439,6 +439,30 @@ TEST_CASE("errors reach their call and the connection stays up", "[rpc]") {
     }
     // And the connection is still good.
     CHECK(matches(c.call_sync(1, payload(3, 5000)), 3));
+
+    // The server counted each method's calls, answered and failed, exactly
+    // (each counted before its answer left): the request over max_request
+    // never reached it.
+    rpc::server_metrics m = s.server.metrics();
+    CHECK(m.unknown_method == 2);
+    auto method = [&](std::uint32_t n) {
+        for (const rpc::method_metrics& x : m.methods)
+            if (x.method == n && !x.any_method)
+                return x;
+        FAIL("no method " << n << " in server::metrics()");
+        return rpc::method_metrics{};
+    };
+    rpc::method_metrics echo = method(1), shaped = method(2), fails = method(4), slow = method(3);
+    CHECK(echo.name == "echo");
+    CHECK(echo.calls == 1);
+    CHECK(echo.answered == 1);
+    CHECK(echo.failed == 0);
+    CHECK(shaped.calls == 2);  // over the client's max_response, then the wrong byte
+    CHECK(shaped.failed == 2);
+    CHECK(fails.calls == 1);
+    CHECK(fails.failed == 1);
+    CHECK(fails.in_flight() == 0);
+    CHECK(slow.calls == 0);
 }
 
 namespace {

@@ -139,7 +139,8 @@ struct CORDMA_API metrics_snapshot {
     /// closed plus every live connection's.
     connection_counters total() const;
     /// The live connections' counters summed by peer host (the address
-    /// without its port), hosts in order of first appearance.
+    /// without its port; an IPv6 one in brackets, as the agent's per-host
+    /// limits name it), hosts in order of first appearance.
     std::vector<std::pair<std::string, connection_counters>> by_peer_host() const;
 };
 

@@ -210,6 +210,36 @@ T from_bytes(std::span<const std::byte> bytes, const char* what) {
 }
 }  // namespace detail
 
+/// What one method's calls came to (server::metrics): exact counts, kept
+/// on the event listener thread and read from any thread.
+struct method_metrics {
+    /// The method number (0 for handle_any's entry).
+    std::uint32_t method = 0;
+    /// True for handle_any's entry: the calls to methods without their own.
+    bool any_method = false;
+    /// The name it was registered with.
+    std::string name;
+    /// Calls received.
+    std::uint64_t calls = 0;
+    /// Calls answered with a response.
+    std::uint64_t answered = 0;
+    /// Calls answered with an error (the handler threw, too large, a
+    /// request that could not be read).
+    std::uint64_t failed = 0;
+    /// Calls whose client was gone, or the server shut, before the answer.
+    std::uint64_t abandoned = 0;
+    /// Calls received and not yet answered (their handlers run).
+    std::uint64_t in_flight() const noexcept { return calls - answered - failed - abandoned; }
+};
+
+/// What an rpc server's calls came to, by method (server::metrics).
+struct server_metrics {
+    /// One per registered method, by method number; handle_any's last.
+    std::vector<method_metrics> methods;
+    /// Calls to a method with no handler (answered with unknown_method).
+    std::uint64_t unknown_method = 0;
+};
+
 /// An rpc server: handlers registered by method number, serving the clients
 /// of one or more listeners of its builder. Handlers run as coroutines on
 /// the event listener thread (or on server_options::executor), many at
@@ -281,6 +311,10 @@ public:
     /// constructor set them up); make the server first, then listen.
     task<void> serve(listener l, std::stop_token token = {});
 
+    /// Each method's calls so far: received, answered, failed, abandoned,
+    /// in flight. Any thread; each count exact as of its reading (the
+    /// connections' own counters: builder::metrics()).
+    server_metrics metrics() const;
     /// Clients connected now.
     std::size_t clients() const;
     /// Their connections (a snapshot), e.g. to inspect their QPs.

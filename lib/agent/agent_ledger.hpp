@@ -8,6 +8,8 @@
 #include <map>
 #include <string>
 
+#include "engine/peer_host.hpp"
+
 namespace cordma::detail {
 
 class agent_ledger {
@@ -17,18 +19,8 @@ public:
         std::size_t regions = 0;
     };
 
-    /// The host part of a peer name: "10.0.0.2:7471" -> "10.0.0.2",
-    /// "[fe80::1]:7471" -> "[fe80::1]"; anything else as it is.
-    static std::string host_of(const std::string& peer) {
-        if (!peer.empty() && peer.front() == '[') {
-            auto close = peer.find(']');
-            return close == std::string::npos ? peer : peer.substr(0, close + 1);
-        }
-        auto colon = peer.rfind(':');
-        if (colon == std::string::npos || peer.find(':') != colon)
-            return peer;
-        return peer.substr(0, colon);
-    }
+    /// The host part of a peer name (engine/peer_host.hpp).
+    static std::string host_of(const std::string& peer) { return peer_host(peer); }
 
     account held_by(const std::string& host) const {
         auto it = accounts_.find(host);

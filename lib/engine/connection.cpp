@@ -65,19 +65,7 @@ void operation_base::rethrow_if_failed() const {
         throw work_completion_error(status, to_string(kind), vendor_error, connection->peer());
 }
 
-const char* to_string(op_kind kind) noexcept {
-    switch (kind) {
-    case op_kind::send: return "send";
-    case op_kind::send_with_imm: return "send_with_imm";
-    case op_kind::write: return "write";
-    case op_kind::write_with_imm: return "write_with_imm";
-    case op_kind::read: return "read";
-    case op_kind::fetch_add: return "fetch_add";
-    case op_kind::compare_swap: return "compare_swap";
-    case op_kind::recv: return "recv";
-    }
-    return "operation";
-}
+const char* to_string(op_kind kind) noexcept { return cordma::name(kind); }
 
 }  // namespace detail
 

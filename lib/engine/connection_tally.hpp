@@ -1,9 +1,7 @@
 #pragma once
 /// What one connection counts (metrics.hpp's connection_counters, live):
-/// written by the thread running its event listener's loop, one at a
-/// time, and read by a snapshot on any thread. Each counter is a relaxed
-/// atomic the writer loads and stores (no read-modify-write, no lock
-/// prefix: as cheap as a plain add), so a reader sees it whole.
+/// written by the thread running its event listener's loop and read by a
+/// snapshot on any thread (counter.hpp).
 
 #include <algorithm>
 #include <array>
@@ -14,25 +12,11 @@
 
 #include <cordma/metrics.hpp>
 #include <cordma/detail/operation.hpp>
+#include "engine/counter.hpp"
 
 namespace cordma::detail {
 
-class counter {
-public:
-    void add([[maybe_unused]] std::uint64_t n = 1) noexcept {
-#ifndef CORDMA_METRICS_OFF  // meson -Dmetrics=false: only to measure what counting costs
-        value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-#endif
-    }
-    std::uint64_t get() const noexcept { return value_.load(std::memory_order_relaxed); }
-
-private:
-    std::atomic<std::uint64_t> value_{0};
-};
-
 static_assert(static_cast<std::size_t>(op_kind::recv) + 1 == operation_kinds);
-static_assert(static_cast<int>(op_kind::write_with_imm) == static_cast<int>(operation_kind::write_with_imm));
-static_assert(static_cast<int>(op_kind::compare_swap) == static_cast<int>(operation_kind::compare_swap));
 
 struct connection_tally {
     struct per_kind {

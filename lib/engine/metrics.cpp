@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "engine/peer_host.hpp"
+
 namespace cordma {
 
 static_assert(IBV_WC_REM_ACCESS_ERR == 10 && IBV_WC_RETRY_EXC_ERR == 12 && IBV_WC_TM_RNDV_INCOMPLETE == 23,
@@ -66,27 +68,10 @@ connection_counters metrics_snapshot::total() const {
     return sum;
 }
 
-namespace {
-
-// "10.0.0.2:7471 (agent)" -> "10.0.0.2"; "[fe80::1]:7471" -> "fe80::1".
-std::string host_of(const std::string& peer) {
-    std::string p = peer.substr(0, peer.find(' '));
-    if (!p.empty() && p.front() == '[') {
-        auto close = p.find(']');
-        return close == std::string::npos ? p : p.substr(1, close - 1);
-    }
-    auto colon = p.rfind(':');
-    if (colon == std::string::npos || p.find(':') != colon)  // no port, or a bare IPv6 address
-        return p;
-    return p.substr(0, colon);
-}
-
-}  // namespace
-
 std::vector<std::pair<std::string, connection_counters>> metrics_snapshot::by_peer_host() const {
     std::vector<std::pair<std::string, connection_counters>> hosts;
     for (const connection_metrics& c : connections) {
-        std::string host = host_of(c.peer);
+        std::string host = detail::peer_host(c.peer);
         auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == host; });
         if (it == hosts.end())
             hosts.emplace_back(std::move(host), c.counters);

@@ -49,6 +49,7 @@ task<void> server::serve(listener l, std::stop_token token) {
     co_await state->serve(std::move(l), std::move(token));
 }
 
+server_metrics server::metrics() const { return checked(state_, "metrics").metrics(); }
 std::size_t server::clients() const { return checked(state_, "clients").clients(); }
 std::vector<cordma::connection> server::connections() const { return checked(state_, "connections").connections(); }
 ibv_srq* server::shared_receive_queue() const { return checked(state_, "shared_receive_queue").srq_handle(); }

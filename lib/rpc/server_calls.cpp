@@ -99,6 +99,13 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     bool read_failed = false;
     auto found = handlers_.find(h.code);
     const handler_entry* entry = found != handlers_.end() ? &found->second : any_ ? &*any_ : nullptr;
+    // Counted here and where the call ends, on the event listener thread
+    // (server::metrics).
+    handler_entry::tally* counts = entry != nullptr ? entry->counts.get() : nullptr;
+    if (counts != nullptr)
+        counts->calls.add();
+    else
+        unknown_calls_.add();
 
     if (h.type == wire::frame::request) {
         payload = m.bytes().subspan(wire::inline_header_size);
@@ -124,6 +131,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     if (read_failed) {
         // The client's memory could not be read: its connection is broken.
         large_mr = {};
+        if (counts != nullptr)
+            counts->failed.add();
         call_finished(*s);
         violation(s, "reading its request of " + std::to_string(h.size) + " bytes failed: " + message);
         co_return;
@@ -171,6 +180,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     if (s->gone || shut_) {
         if (reply)
             buffers_.give(std::move(reply));
+        if (counts != nullptr)
+            counts->abandoned.add();
         call_finished(*s);
         co_return;
     }
@@ -237,6 +248,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         }
         credit_back(s);
     }
+    if (counts != nullptr)
+        (status == 0 ? counts->answered : counts->failed).add();
     --s->active;
     if (reply)
         co_await send_buffer(s, out, std::move(reply), reply_size);

@@ -28,6 +28,7 @@
 #include "connect/acceptor.hpp"
 #include "engine/run_and_wait.hpp"
 #include "rpc/frame_buffers.hpp"
+#include "engine/counter.hpp"
 #include "rpc/rpc_wire.hpp"
 #include "log/logf.hpp"
 
@@ -49,6 +50,11 @@ struct handler_entry {
     std::string name;
     handler returns;           // handle(): returns the response's bytes
     reply_handler fills;       // handle_into(): writes them into the response frame
+    /// Its calls (server::metrics); shared so the entry stays movable.
+    struct tally {
+        cordma::detail::counter calls, answered, failed, abandoned;
+    };
+    std::shared_ptr<tally> counts = std::make_shared<tally>();
 };
 
 struct session {
@@ -98,6 +104,7 @@ public:
 
     std::size_t clients() const;
     std::vector<cordma::connection> connections() const;
+    server_metrics metrics() const;
     ibv_srq* srq_handle() const { return srq_ ? srq_.native_handle() : nullptr; }
     const server_options& options() const noexcept { return options_; }
 
@@ -171,6 +178,7 @@ private:
     cordma::detail::frame_buffers buffers_;
     std::map<std::uint32_t, handler_entry> handlers_;
     std::optional<handler_entry> any_;  // for methods not in handlers_
+    cordma::detail::counter unknown_calls_;  // calls to no method (server::metrics)
     std::unordered_map<std::uint32_t, std::shared_ptr<session>> sessions_;
     // Frames that arrived through the SRQ before serve() took their
     // connection from accept() (the client may send as soon as it is

@@ -14,6 +14,7 @@
 
 #include <cordma/detail/completion_target.hpp>
 #include <cordma/local_mr.hpp>
+#include <cordma/metrics.hpp>
 #include <cordma/remote_slice.hpp>
 
 namespace cordma::detail {
@@ -24,16 +25,9 @@ struct operation_base;
 /// Scatter/gather entries one operation may carry (checked against the QP).
 inline constexpr std::size_t max_sges = 4;
 
-enum class op_kind : std::uint8_t {
-    send,
-    send_with_imm,
-    write,
-    write_with_imm,
-    read,
-    fetch_add,
-    compare_swap,
-    recv,
-};
+/// The kinds of operation (metrics.hpp's operation_kind: what metrics
+/// count them by is what the engine posts).
+using op_kind = cordma::operation_kind;
 
 const char* to_string(op_kind kind) noexcept;
 constexpr bool is_receive(op_kind kind) noexcept { return kind == op_kind::recv; }
