@@ -1,7 +1,8 @@
 // Metrics over real rxe connections (metrics.hpp): every operation kind
 // issued a known number of times and read back exactly, waits for a full
 // send queue, a failed write counted by its status, the registry's live
-// and closed totals per builder and per peer host, and the Prometheus
+// and closed totals per builder and per peer host (over rdma_cm and the
+// TCP exchange), and the Prometheus
 // rendering checked by promtool (Debian's prometheus package, which
 // tools/install-deps installs).
 
@@ -210,8 +211,10 @@ TEST_CASE("waits for a full send queue and a failed write are counted, by status
 }
 
 TEST_CASE("a builder's metrics count live and closed connections, by peer host, for promtool", "[metrics]") {
+    auto how = GENERATE(endpoint_exchange::rdma_cm, endpoint_exchange::tcp);
+    INFO("exchange " << (how == endpoint_exchange::tcp ? "tcp" : "rdma_cm"));
     builder b;
-    b.device(test::test_device_name());
+    b.device(test::test_device_name()).exchange(how);
     CHECK(b.metrics().connections.empty());  // nothing opened yet
     listener l = b.listen(any_port());
     auto pool = b.pool();
