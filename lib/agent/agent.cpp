@@ -10,6 +10,7 @@
 
 #include <cordma/error.hpp>
 #include <cordma/task_group.hpp>
+#include "engine/peer_host.hpp"
 #include "log/logf.hpp"
 
 namespace cordma {
@@ -20,7 +21,7 @@ namespace proto = agent_protocol;
 
 agent::agent(std::shared_ptr<event_listener> el, std::shared_ptr<memory_pool> pool, agent_limits limits,
              std::string peer, std::chrono::milliseconds call_timeout, std::shared_ptr<agent_ledger> ledger)
-    : pool_(std::move(pool)), limits_(limits), peer_(std::move(peer)), peer_host_(agent_ledger::host_of(peer_)),
+    : pool_(std::move(pool)), limits_(limits), peer_(std::move(peer)), peer_host_(peer_host(peer_)),
       call_timeout_(call_timeout), ledger_(ledger ? std::move(ledger) : std::make_shared<agent_ledger>()),
       event_listener_(el), ready_(waiter_queue<bool>::make(el)),
       slots_(waiter_queue<bool>::make(el)), incoming_remote_(waiter_queue<remote_mr>::make(el)),

@@ -8,8 +8,6 @@
 #include <map>
 #include <string>
 
-#include "engine/peer_host.hpp"
-
 namespace cordma::detail {
 
 class agent_ledger {
@@ -18,9 +16,6 @@ public:
         std::size_t bytes = 0;
         std::size_t regions = 0;
     };
-
-    /// The host part of a peer name (engine/peer_host.hpp).
-    static std::string host_of(const std::string& peer) { return peer_host(peer); }
 
     account held_by(const std::string& host) const {
         auto it = accounts_.find(host);

@@ -156,7 +156,6 @@ void connection_state::post(operation_base* op, work_slot* slot) {
                 unsignalled_ = 0;
                 tally_.signalled.add();
             }
-            tally_.work_requests.add();
             wr.send_flags = flags;
             if (chain_tail_ != nullptr)
                 chain_tail_->wr.next = &wr;
@@ -168,7 +167,6 @@ void connection_state::post(operation_base* op, work_slot* slot) {
             wr.send_flags = flags | IBV_SEND_SIGNALED;
             qp_->post_send(wr);
             append_sent(slot);
-            tally_.work_requests.add();
             tally_.doorbells.add();
             tally_.signalled.add();
         }
