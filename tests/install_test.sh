@@ -70,6 +70,10 @@ cmp -s "$license" "$src/LICENSE" || fail "the installed ${license#"$dest"} diffe
 if [ -e "$build/bench/cordma-perf" ]; then
   [ -n "$(find "$dest" -path '*/man1/cordma-perf.1*')" ] || fail "cordma-perf is built but its man page (docs/cordma-perf.1) was not installed to <mandir>/man1"
 fi
+if [ -e "$build/tools/stat/cordma-stat" ]; then
+  [ -n "$(find "$dest" -path '*/bin/cordma-stat')" ] || fail "cordma-stat is built but was not installed to <bindir>"
+  [ -n "$(find "$dest" -path '*/man1/cordma-stat.1*')" ] || fail "cordma-stat is built but its man page (docs/cordma-stat.1) was not installed to <mandir>/man1"
+fi
 # Only the public API is installed: nothing from lib/ (private headers live
 # there), and nothing under include/cordma that is not in the source tree.
 while IFS= read -r h; do

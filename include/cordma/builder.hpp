@@ -174,6 +174,12 @@ struct CORDMA_API connection_settings {
     /// userfaultfd; where there is none, nothing is kept
     /// (builder::registration_stats() says why).
     std::size_t registration_cache_size = 256 << 20;
+    /// Where to serve the process's metrics (metrics_endpoint.hpp:
+    /// "unix:/path" or a loopback "HOST:PORT"), from the builder's first
+    /// connect, listen or pool() until its connections and listeners are
+    /// gone; builders naming the same address share one endpoint. Empty
+    /// (the default): none (CORDMA_METRICS may still start one).
+    std::string metrics_endpoint;
     /// The shared receive queue the data QPs receive through (builder::
     /// shared_receives); null: each connection has its own receives
     /// (capacity.max_recv_wr of them).
@@ -310,6 +316,12 @@ public:
     /// 4096, and std::logic_error once the pool exists (after the first
     /// connect, listen or pool()), when it could no longer apply.
     builder& pool_chunk_size(std::size_t bytes);
+    /// Serves the process's metrics at `where` (connection_settings::
+    /// metrics_endpoint; metrics_endpoint.hpp) while this builder's pieces
+    /// live. The address is checked when they are made (the first connect,
+    /// listen or pool()), which throw as metrics_endpoint's constructor
+    /// does; std::logic_error once they exist.
+    builder& metrics_endpoint(std::string where);
     /// How much the pool registers up front (connection_settings::
     /// pool_initial_size; default 0, as needed). Throws std::logic_error
     /// once the pool exists.

@@ -16,6 +16,7 @@
 #include <cordma/device.hpp>
 #include <cordma/device_counters.hpp>
 #include <cordma/metrics.hpp>
+#include <cordma/metrics_endpoint.hpp>
 #include <cordma/error.hpp>
 #include <cordma/event_listener.hpp>
 #include <cordma/group.hpp>

@@ -144,6 +144,12 @@ struct CORDMA_API metrics_snapshot {
     std::vector<std::pair<std::string, connection_counters>> by_peer_host() const;
 };
 
+/// Every event listener's connections in the process (every builder's,
+/// listener's and module's), read at once: the live ones, and in `closed`
+/// what those gone counted, the event listeners gone included. What the
+/// metrics endpoint serves (metrics_endpoint.hpp). Any thread.
+CORDMA_API metrics_snapshot process_metrics();
+
 /// What to_prometheus renders beside the totals.
 struct prometheus_options {
     /// Series per peer host (label host).

@@ -152,6 +152,16 @@ builder& builder::pool_chunk_size(std::size_t bytes) {
     return *this;
 }
 
+builder& builder::metrics_endpoint(std::string where) {
+    std::lock_guard lock(shared_->mutex);
+    if (shared_->rt && where != settings_.metrics_endpoint)
+        throw std::logic_error("builder::metrics_endpoint(\"" + where +
+                               "\"): the builder's shared pieces already exist (made by the first connect, listen or "
+                               "pool()); set it before those");
+    settings_.metrics_endpoint = std::move(where);
+    return *this;
+}
+
 builder& builder::pool_initial_size(std::size_t bytes) {
     std::lock_guard lock(shared_->mutex);
     if (shared_->rt && bytes != settings_.pool_initial_size)

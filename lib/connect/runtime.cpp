@@ -1,6 +1,7 @@
 #include "connect/runtime.hpp"
 
 #include "agent/agent_ledger.hpp"
+#include "engine/metrics_endpoint_share.hpp"
 #include "engine/shared_receive_state.hpp"
 
 #include <sys/resource.h>
@@ -39,6 +40,8 @@ std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
     rt->results_pool = memory_pool::create(rt->pd, access_flags::local_write, 64 << 10);
     rt->registrations = std::make_unique<registration_cache>(rt->pd, registration_cache_capacity(settings));
     rt->ledger = std::make_shared<agent_ledger>();
+    if (!settings.metrics_endpoint.empty())
+        rt->metrics = shared_metrics_endpoint(settings.metrics_endpoint);
     rt->send_cqs = std::make_unique<cq_pool>(rt->event_listener, settings.cq_size, "send");
     rt->recv_cqs = std::make_unique<cq_pool>(rt->event_listener, settings.cq_size, "receive");
     return rt;

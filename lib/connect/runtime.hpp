@@ -11,6 +11,7 @@
 #include <cordma/completion_queue.hpp>
 #include <cordma/event_listener.hpp>
 #include <cordma/local_mr.hpp>
+#include <cordma/metrics_endpoint.hpp>
 #include <cordma/protection_domain.hpp>
 #include <cordma/queue_pair.hpp>
 #include "connect/cq_pool.hpp"
@@ -42,6 +43,9 @@ struct runtime : std::enable_shared_from_this<runtime> {
     /// What each peer host holds from the agents of these connections
     /// (agent_limits::max_peer_total_bytes, max_peer_regions).
     std::shared_ptr<class agent_ledger> ledger;
+    /// connection_settings::metrics_endpoint's, shared with the other
+    /// builders naming its address.
+    std::shared_ptr<metrics_endpoint> metrics;
 
     /// Event listener thread. An RC QP on the shared PD and on CQs with room
     /// for it (a CQ that can overflow loses completions); the room is given

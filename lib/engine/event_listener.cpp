@@ -21,6 +21,8 @@
 #include <utility>
 
 #include "engine/connection_registry.hpp"
+#include "engine/metrics_endpoint_share.hpp"
+#include "engine/process_metrics.hpp"
 #include "engine/event_listener_timer.hpp"
 #include "engine/exit_wait.hpp"
 #include "verbs/check.hpp"
@@ -147,6 +149,7 @@ struct event_listener::handle {
 std::shared_ptr<event_listener> event_listener::start(std::shared_ptr<device_context> device,
                                                       event_listener_options options) {
     wait_at_exit();
+    detail::start_environment_metrics_endpoint();
     std::shared_ptr<event_listener> el(new event_listener(std::move(device), options));
     std::promise<void> started;
     auto ready = started.get_future();
@@ -188,11 +191,13 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
     wakeup_watch_.on_ready = [](detail::uring_target* t, int) noexcept {
         static_cast<wakeup_watch*>(t)->self->on_wakeup();
     };
+    detail::enlist(connections_.get());  // last: nothing after it throws
 }
 
 metrics_snapshot event_listener::metrics() const { return connections_->snapshot(); }
 
 event_listener::~event_listener() {
+    detail::delist(connections_.get());
     // Timers still pending when the thread stopped never fire.
     for (timer_entry* entry : timers_)
         delete entry;

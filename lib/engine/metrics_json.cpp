@@ -6,11 +6,11 @@
 #include <string>
 #include <string_view>
 
+#include "engine/process_metrics.hpp"
+
 namespace cordma {
 
-namespace {
-
-void quoted(std::string& out, std::string_view v) {
+void detail::json_string(std::string& out, std::string_view v) {
     out += '"';
     for (char c : v) {
         switch (c) {
@@ -31,6 +31,10 @@ void quoted(std::string& out, std::string_view v) {
     }
     out += '"';
 }
+
+namespace {
+
+void quoted(std::string& out, std::string_view v) { detail::json_string(out, v); }
 
 void number(std::string& out, const char* key, std::uint64_t v, bool comma = true) {
     out += '"';

@@ -9,12 +9,12 @@
 #include <string>
 #include <string_view>
 
+#include "engine/process_metrics.hpp"
+
 namespace cordma {
 
-namespace {
-
 // A label value, escaped as the format asks (backslash, quote, newline).
-std::string escaped(std::string_view v) {
+std::string detail::prometheus_label(std::string_view v) {
     std::string out;
     out.reserve(v.size());
     for (char c : v) {
@@ -29,6 +29,10 @@ std::string escaped(std::string_view v) {
     }
     return out;
 }
+
+namespace {
+
+std::string escaped(std::string_view v) { return detail::prometheus_label(v); }
 
 // One sample: name{labels[,extra]} value.
 void sample(std::string& out, const std::string& name, const std::string& labels, const std::string& extra,
@@ -143,6 +147,10 @@ std::string to_prometheus(const metrics_snapshot& snapshot, const prometheus_opt
                                   escaped(c.role) + "\"",
                               &c.counters});
         render(out, "qp_", "By live queue pair.", scopes);
+        out += "# HELP cordma_qp_broken Whether the live queue pair's connection broke (1) or is up (0).\n"
+               "# TYPE cordma_qp_broken gauge\n";
+        for (std::size_t i = 0; i < scopes.size(); ++i)
+            sample(out, "cordma_qp_broken", scopes[i].labels, "", snapshot.connections[i].broken ? 1 : 0);
     }
     return out;
 }

@@ -105,7 +105,7 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     if (counts != nullptr)
         counts->calls.add();
     else
-        unknown_calls_.add();
+        view_->unknown.add();
 
     if (h.type == wire::frame::request) {
         payload = m.bytes().subspan(wire::inline_header_size);

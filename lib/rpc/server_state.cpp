@@ -99,6 +99,7 @@ void server_state::add_handler(std::uint32_t method, handler_entry e, const char
         if (!added)
             throw std::invalid_argument(std::string("cordma::rpc::server::") + call + "(" + std::to_string(method) +
                                         "): the method is registered already, as \"" + it->second.name + "\"");
+        view_->add(method, false, it->second.name, it->second.counts);
     });
 }
 
@@ -110,6 +111,7 @@ void server_state::handle_any(std::string name, handler h) {
             throw std::invalid_argument("cordma::rpc::server::handle_any: registered already, as \"" + any_->name +
                                         "\"");
         any_.emplace(handler_entry{std::move(name), std::move(h), {}});
+        view_->add(0, true, any_->name, any_->counts);
     });
 }
 
@@ -382,37 +384,7 @@ void server_state::shut_down() noexcept {
     }
 }
 
-namespace {
-
-method_metrics read_method(std::uint32_t method, bool any, const handler_entry& e) {
-    method_metrics m;
-    m.method = method;
-    m.any_method = any;
-    m.name = e.name;
-    // The ends first: a call that ends between the reads then shows as in
-    // flight, never as more ended than received.
-    m.answered = e.counts->answered.get();
-    m.failed = e.counts->failed.get();
-    m.abandoned = e.counts->abandoned.get();
-    m.calls = e.counts->calls.get();
-    return m;
-}
-
-}  // namespace
-
-server_metrics server_state::metrics() const {
-    server_metrics out;
-    // The handler table on its own thread (handle() may add to it there).
-    cordma::detail::run_and_wait(*event_listener_, [&] {
-        out.methods.reserve(handlers_.size() + (any_ ? 1 : 0));
-        for (const auto& [method, entry] : handlers_)
-            out.methods.push_back(read_method(method, false, entry));
-        if (any_)
-            out.methods.push_back(read_method(0, true, *any_));
-        out.unknown_method = unknown_calls_.get();
-    });
-    return out;
-}
+server_metrics server_state::metrics() const { return view_->read(); }
 
 std::size_t server_state::clients() const {
     std::size_t n = 0;

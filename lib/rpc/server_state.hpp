@@ -30,6 +30,7 @@
 #include "rpc/frame_buffers.hpp"
 #include "engine/counter.hpp"
 #include "rpc/rpc_wire.hpp"
+#include "rpc/server_metrics_view.hpp"
 #include "log/logf.hpp"
 
 
@@ -50,10 +51,8 @@ struct handler_entry {
     std::string name;
     handler returns;           // handle(): returns the response's bytes
     reply_handler fills;       // handle_into(): writes them into the response frame
-    /// Its calls (server::metrics); shared so the entry stays movable.
-    struct tally {
-        cordma::detail::counter calls, answered, failed, abandoned;
-    };
+    /// Its calls (server::metrics); shared with the server's view of them.
+    using tally = method_tally;
     std::shared_ptr<tally> counts = std::make_shared<tally>();
 };
 
@@ -178,7 +177,9 @@ private:
     cordma::detail::frame_buffers buffers_;
     std::map<std::uint32_t, handler_entry> handlers_;
     std::optional<handler_entry> any_;  // for methods not in handlers_
-    cordma::detail::counter unknown_calls_;  // calls to no method (server::metrics)
+    // Every method's counts for any thread (server::metrics, the process's
+    // metrics pages), and the calls to no method.
+    std::shared_ptr<server_metrics_view> view_ = server_metrics_view::publish();
     std::unordered_map<std::uint32_t, std::shared_ptr<session>> sessions_;
     // Frames that arrived through the SRQ before serve() took their
     // connection from accept() (the client may send as soon as it is

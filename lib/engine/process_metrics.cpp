@@ -1,0 +1,114 @@
+// process_metrics.hpp: the event listeners of the process, summed, and
+// the modules' sections of the endpoint's pages.
+#include "engine/process_metrics.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "engine/connection_registry.hpp"
+
+namespace cordma {
+
+namespace detail {
+
+namespace {
+
+struct process_list {
+    std::mutex mutex;
+    std::vector<const connection_registry*> live;
+    // What the event listeners that have gone counted.
+    connection_counters closed;
+    std::uint64_t opened = 0;
+    std::uint64_t gone = 0;
+    std::vector<metrics_section> sections;
+};
+
+// Never destroyed: an event listener may go, or a page be asked for,
+// while static destructors run at exit.
+process_list& processes() {
+    static auto* list = new process_list;
+    return *list;
+}
+
+}  // namespace
+
+void enlist(const connection_registry* registry) {
+    process_list& p = processes();
+    std::lock_guard lock(p.mutex);
+    p.live.push_back(registry);
+}
+
+void delist(const connection_registry* registry) noexcept {
+    process_list& p = processes();
+    // Read before the lock: a registry's lock is never taken inside ours
+    // but by snapshot below, which holds ours first (one order).
+    metrics_snapshot last = registry->snapshot();
+    std::lock_guard lock(p.mutex);
+    p.live.erase(std::remove(p.live.begin(), p.live.end(), registry), p.live.end());
+    p.closed += last.total();
+    p.opened += last.opened;
+    p.gone += last.opened;
+}
+
+void add_metrics_section(metrics_section section) {
+    process_list& p = processes();
+    std::lock_guard lock(p.mutex);
+    p.sections.push_back(section);
+}
+
+namespace {
+
+std::vector<metrics_section> sections() {
+    process_list& p = processes();
+    std::lock_guard lock(p.mutex);
+    return p.sections;
+}
+
+}  // namespace
+
+std::string process_prometheus(const prometheus_options& options) {
+    std::string out = to_prometheus(process_metrics(), options);
+    for (const metrics_section& s : sections())
+        s.prometheus(out);
+    return out;
+}
+
+std::string process_json() {
+    std::string out = to_json(process_metrics());
+    // to_json's object, with the sections' members added before its end.
+    std::string members;
+    for (const metrics_section& s : sections()) {
+        std::string part;
+        s.json(part);
+        if (part.empty())
+            continue;
+        members += ',';
+        members += part;
+    }
+    std::size_t end = out.rfind('}');
+    out.insert(end, members);
+    return out;
+}
+
+}  // namespace detail
+
+metrics_snapshot process_metrics() {
+    detail::process_list& p = detail::processes();
+    std::lock_guard lock(p.mutex);
+    metrics_snapshot out;
+    out.closed = p.closed;
+    out.opened = p.opened;
+    out.gone = p.gone;
+    for (const detail::connection_registry* r : p.live) {
+        metrics_snapshot one = r->snapshot();
+        for (connection_metrics& c : one.connections)
+            out.connections.push_back(std::move(c));
+        out.closed += one.closed;
+        out.opened += one.opened;
+        out.gone += one.gone;
+    }
+    return out;
+}
+
+}  // namespace cordma

@@ -1,0 +1,47 @@
+#pragma once
+/// Every event listener of the process, for process_metrics() and the
+/// metrics endpoint's pages, and the modules' parts of those pages (an rpc
+/// server's methods). Locked when an event listener starts or goes and by
+/// a page or a snapshot: never per operation.
+
+#include <string>
+#include <string_view>
+
+#include <cordma/metrics.hpp>
+
+namespace cordma::detail {
+
+class connection_registry;
+
+/// An event listener's connections join the process's (at its start) and
+/// leave them (at its end: their counts stay in the process's closed
+/// totals).
+void enlist(const connection_registry* registry);
+void delist(const connection_registry* registry) noexcept;
+
+/// A module's part of the endpoint's pages, one per module (not per
+/// object: a module renders all of its objects at once, so each family
+/// appears once). Both are called on the endpoint's thread, holding no
+/// lock of the engine's: they take their own.
+struct metrics_section {
+    /// Appends the module's families (HELP, TYPE, samples).
+    void (*prometheus)(std::string& out);
+    /// Appends the module's JSON members ("name":value, comma-separated,
+    /// without a leading comma), or nothing.
+    void (*json)(std::string& out);
+};
+/// Adds `section` to every page from now on (a module calls it once).
+void add_metrics_section(metrics_section section);
+
+/// A Prometheus label value, escaped (backslash, quote, newline), and a
+/// JSON string, quoted and escaped, appended to `out`: for the sections,
+/// rendered as the engine's own families are.
+std::string prometheus_label(std::string_view value);
+void json_string(std::string& out, std::string_view value);
+
+/// The pages the endpoint serves: process_metrics() rendered, followed by
+/// each module's section.
+std::string process_prometheus(const prometheus_options& options);
+std::string process_json();
+
+}  // namespace cordma::detail

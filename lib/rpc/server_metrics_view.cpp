@@ -1,0 +1,149 @@
+// server_metrics_view.hpp: the servers' counts for any thread, and rpc's
+// section of the process's metrics pages (engine/process_metrics.hpp).
+#include "rpc/server_metrics_view.hpp"
+
+#include <algorithm>
+
+#include "engine/process_metrics.hpp"
+
+namespace cordma::rpc::detail {
+
+namespace {
+
+struct server_list {
+    std::mutex mutex;
+    std::vector<std::weak_ptr<server_metrics_view>> live;
+    std::uint64_t made = 0;
+};
+
+// Never destroyed (a page may be asked for while statics are destroyed).
+server_list& servers() {
+    static auto* list = new server_list;
+    return *list;
+}
+
+std::vector<std::shared_ptr<server_metrics_view>> live_servers() {
+    server_list& l = servers();
+    std::lock_guard lock(l.mutex);
+    std::vector<std::shared_ptr<server_metrics_view>> out;
+    for (const auto& w : l.live)
+        if (auto s = w.lock())
+            out.push_back(std::move(s));
+    return out;
+}
+
+struct family {
+    const char* name;
+    const char* type;
+    const char* help;
+    std::uint64_t (*value)(const method_metrics& m);
+};
+
+const family families[] = {
+    {"cordma_rpc_calls_total", "counter", "rpc calls received, by server and method.",
+     [](const method_metrics& m) { return m.calls; }},
+    {"cordma_rpc_answered_total", "counter", "rpc calls answered with a response, by server and method.",
+     [](const method_metrics& m) { return m.answered; }},
+    {"cordma_rpc_failed_total", "counter", "rpc calls answered with an error, by server and method.",
+     [](const method_metrics& m) { return m.failed; }},
+    {"cordma_rpc_abandoned_total", "counter",
+     "rpc calls whose client was gone, or the server shut, before the answer, by server and method.",
+     [](const method_metrics& m) { return m.abandoned; }},
+    {"cordma_rpc_in_flight", "gauge", "rpc calls received and not yet answered, by server and method.",
+     [](const method_metrics& m) { return m.in_flight(); }},
+};
+
+void prometheus(std::string& out) {
+    auto list = live_servers();
+    if (list.empty())
+        return;
+    std::vector<std::pair<std::uint64_t, server_metrics>> read;
+    for (const auto& s : list)
+        read.emplace_back(s->number(), s->read());
+    for (const family& f : families) {
+        out += std::string("# HELP ") + f.name + " " + f.help + "\n";
+        out += std::string("# TYPE ") + f.name + " " + f.type + "\n";
+        for (const auto& [number, m] : read)
+            for (const method_metrics& mm : m.methods) {
+                out += f.name;
+                out += "{server=\"" + std::to_string(number) + "\",method=\"" + cordma::detail::prometheus_label(mm.name) + "\"} ";
+                out += std::to_string(f.value(mm)) + "\n";
+            }
+    }
+    out += "# HELP cordma_rpc_unknown_method_total rpc calls to a method without a handler, by server.\n"
+           "# TYPE cordma_rpc_unknown_method_total counter\n";
+    for (const auto& [number, m] : read)
+        out += "cordma_rpc_unknown_method_total{server=\"" + std::to_string(number) + "\"} " +
+               std::to_string(m.unknown_method) + "\n";
+}
+
+void json(std::string& out) {
+    auto list = live_servers();
+    out += "\"rpc_servers\":[";
+    bool first = true;
+    for (const auto& s : list) {
+        server_metrics m = s->read();
+        out += first ? "" : ",";
+        first = false;
+        out += "{\"server\":" + std::to_string(s->number()) + ",\"unknown_method\":" +
+               std::to_string(m.unknown_method) + ",\"methods\":[";
+        for (std::size_t i = 0; i < m.methods.size(); ++i) {
+            const method_metrics& mm = m.methods[i];
+            out += i == 0 ? "{" : ",{";
+            out += "\"method\":" + std::to_string(mm.method) + ",\"any_method\":" + (mm.any_method ? "true" : "false");
+            out += ",\"name\":";
+            cordma::detail::json_string(out, mm.name);
+            out += ",\"calls\":" + std::to_string(mm.calls) + ",\"answered\":" + std::to_string(mm.answered);
+            out += ",\"failed\":" + std::to_string(mm.failed) + ",\"abandoned\":" + std::to_string(mm.abandoned);
+            out += ",\"in_flight\":" + std::to_string(mm.in_flight()) + "}";
+        }
+        out += "]}";
+    }
+    out += "]";
+}
+
+}  // namespace
+
+std::shared_ptr<server_metrics_view> server_metrics_view::publish() {
+    server_list& l = servers();
+    std::lock_guard lock(l.mutex);
+    if (l.made == 0)
+        cordma::detail::add_metrics_section({&prometheus, &json});
+    auto view = std::make_shared<server_metrics_view>(++l.made);
+    std::erase_if(l.live, [](const std::weak_ptr<server_metrics_view>& w) { return w.expired(); });
+    l.live.push_back(view);
+    return view;
+}
+
+void server_metrics_view::add(std::uint32_t method, bool any, const std::string& name,
+                              std::shared_ptr<method_tally> counts) {
+    std::lock_guard lock(mutex_);
+    entry e{method, any, name, std::move(counts)};
+    auto at = std::upper_bound(entries_.begin(), entries_.end(), e, [](const entry& a, const entry& b) {
+        return a.any != b.any ? !a.any : a.method < b.method;
+    });
+    entries_.insert(at, std::move(e));
+}
+
+server_metrics server_metrics_view::read() const {
+    server_metrics out;
+    std::lock_guard lock(mutex_);
+    out.methods.reserve(entries_.size());
+    for (const entry& e : entries_) {
+        method_metrics m;
+        m.method = e.method;
+        m.any_method = e.any;
+        m.name = e.name;
+        // The ends first: a call that ends between the reads then shows as
+        // in flight, never as more ended than received.
+        m.answered = e.counts->answered.get();
+        m.failed = e.counts->failed.get();
+        m.abandoned = e.counts->abandoned.get();
+        m.calls = e.counts->calls.get();
+        out.methods.push_back(std::move(m));
+    }
+    out.unknown_method = unknown.get();
+    return out;
+}
+
+}  // namespace cordma::rpc::detail
