@@ -120,7 +120,7 @@ TEST_CASE("the endpoint serves the pages over a Unix socket and removes it after
         CHECK(body(head).empty());
 
         CHECK(status(get(e.address(), "/nothing")) == "HTTP/1.0 404 Not Found");
-        CHECK(body(get(e.address(), "/nothing")).find("/metrics, /metrics.json") != std::string::npos);
+        CHECK(body(get(e.address(), "/nothing")).find("/metrics, /metrics.json, /stuck") != std::string::npos);
         CHECK(status(ask(e.address(), "POST /metrics HTTP/1.0\r\n\r\n")) == "HTTP/1.0 405 Method Not Allowed");
         CHECK(status(ask(e.address(), "hello\n\n")) == "HTTP/1.0 400 Bad Request");
         CHECK(e.requests() == 7);

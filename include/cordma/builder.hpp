@@ -386,6 +386,11 @@ public:
     /// and the totals of those closed. Any thread. Empty before the first
     /// connection or listen (opens nothing).
     metrics_snapshot metrics() const;
+    /// This builder's connections' pending operations, the `limit` oldest
+    /// first (stuck_report.hpp; event_listener::stuck). Any thread but the
+    /// event listener's, which answers within `wait` or is named busy.
+    /// Empty before the first connection or listen.
+    stuck_report stuck(std::size_t limit = 20, std::chrono::milliseconds wait = std::chrono::milliseconds(1000)) const;
     /// The memory pool shared by this builder's connections (registered
     /// with every access right), made on first use.
     std::shared_ptr<memory_pool> pool();

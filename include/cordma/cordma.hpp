@@ -17,6 +17,7 @@
 #include <cordma/device_counters.hpp>
 #include <cordma/metrics.hpp>
 #include <cordma/metrics_endpoint.hpp>
+#include <cordma/stuck_report.hpp>
 #include <cordma/error.hpp>
 #include <cordma/event_listener.hpp>
 #include <cordma/group.hpp>

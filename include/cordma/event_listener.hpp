@@ -19,6 +19,7 @@
 #include <cordma/completion_queue.hpp>
 #include <cordma/device.hpp>
 #include <cordma/metrics.hpp>
+#include <cordma/stuck_report.hpp>
 #include <cordma/detail/completion_target.hpp>
 
 struct io_uring;
@@ -152,6 +153,12 @@ public:
     /// counted, read now (metrics.hpp). Any thread; takes a lock that only
     /// connections opening, breaking and closing also take.
     CORDMA_API metrics_snapshot metrics() const;
+    /// Its connections' pending operations, the `limit` oldest first
+    /// (stuck_report.hpp), read on its own thread: from another, waits at
+    /// most `wait` for it (a thread that does not answer is named in
+    /// `unanswered`); on its own thread, at once.
+    CORDMA_API stuck_report stuck(std::size_t limit = 20,
+                                  std::chrono::milliseconds wait = std::chrono::milliseconds(1000));
 
 private:
     // The engine's own hooks (lib/engine/event_listener_access.hpp), not
@@ -251,6 +258,11 @@ private:
     std::vector<completion_queue*> cqs_;
     std::vector<ibv_wc> wcs_;
     bool draining_ = false;
+    // The coarse clock in milliseconds (CLOCK_MONOTONIC_COARSE), read once
+    // per turn of the loop: what pending operations are stamped with
+    // (stuck_report.hpp). Written and read on the loop's thread only.
+    std::uint64_t turn_ms_ = 0;
+    void start_turn() noexcept;
     // Event mode: a CQ still had completions when a wakeup's drain budget
     // ran out; run_loop drains on after a look at io_uring, not a sleep.
     bool backlog_ = false;

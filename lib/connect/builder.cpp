@@ -45,6 +45,14 @@ metrics_snapshot builder::metrics() const {
     }
     return rt ? rt->event_listener->metrics() : metrics_snapshot{};
 }
+stuck_report builder::stuck(std::size_t limit, std::chrono::milliseconds wait) const {
+    std::shared_ptr<detail::runtime> rt;
+    {
+        std::lock_guard lock(shared_->mutex);
+        rt = shared_->rt;
+    }
+    return rt ? rt->event_listener->stuck(limit, wait) : stuck_report{};
+}
 std::shared_ptr<memory_pool> builder::pool() { return runtime()->pool; }
 std::shared_ptr<protection_domain> builder::pd() { return runtime()->pd; }
 

@@ -84,6 +84,7 @@ void connection_state::post(operation_base* op, work_slot* slot) {
         wr.sg_list = sges;
         wr.num_sge = op->sge_count;
         qp_->post_recv(wr);
+        slot->posted_ms = *turn_ms_;
         append_posted(slot);
         tally_[op_kind::recv].posted.add();
     } else {
@@ -147,6 +148,7 @@ void connection_state::post(operation_base* op, work_slot* slot) {
         connection_tally::per_kind& counts = tally_[op->kind];
         counts.posted.add();
         counts.bytes.add(bytes);
+        slot->posted_ms = *turn_ms_;
         if (event_listener_access::in_drain_pass(*event_listener_)) {
             // Batched doorbell: chained, posted when the pass ends. Only
             // every signal_every_-th request (and the chain's last, see
@@ -296,6 +298,7 @@ void connection_state::enqueue(operation_base* op) noexcept {
     operation_base*& tail = receive ? recv_waiters_tail_ : send_waiters_tail_;
     (receive ? tally_.recv_waits : tally_.send_waits).add();
     op->waiting = true;
+    op->waiting_since_ms = *turn_ms_;
     op->next_waiting = nullptr;
     op->prev_waiting = tail;
     (tail ? tail->next_waiting : head) = op;

@@ -45,4 +45,10 @@ metrics_snapshot connection_registry::snapshot() const {
     return m;
 }
 
+void connection_registry::collect_pending(std::uint64_t now_ms, std::vector<pending_operation>& out) const {
+    std::lock_guard lock(mutex_);
+    for (const entry& e : live_)
+        e.state->collect_pending(now_ms, out);
+}
+
 }  // namespace cordma::detail

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <cordma/metrics.hpp>
+#include <cordma/stuck_report.hpp>
 
 namespace cordma::detail {
 
@@ -24,6 +25,11 @@ public:
     /// `state` broke, for `why` (kept for the snapshot; any thread).
     void note_broken(const connection_state* state, const std::string& why);
     metrics_snapshot snapshot() const;
+    /// Every live connection's pending operations (stuck_report.hpp),
+    /// aged against `now_ms`. The loop's thread (the connections' lists
+    /// are its own; the lock keeps a connection being destroyed on another
+    /// thread from going meanwhile).
+    void collect_pending(std::uint64_t now_ms, std::vector<pending_operation>& out) const;
 
 private:
     struct entry {

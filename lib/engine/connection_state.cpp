@@ -31,6 +31,7 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, s
       send_slots_(qp_->capacity().max_send_wr), recv_slots_(qp_->capacity().max_recv_wr),
       results_pool_(results_pool), role_(role) {
     event_listener_access::connections(*event_listener_).add(this);
+    turn_ms_ = event_listener_access::turn_ms(*event_listener_);
     check_atomic_results_ = event_listener_->device()->attributes().vendor_id == rxe_vendor_id;
     bell_.ring = &connection_state::on_ring;
     bell_.self = this;

@@ -145,6 +145,9 @@ public:
     bool closing_dropped = false;
 
     /// What it counted (metrics.hpp), live; read() from any thread.
+    /// Appends its pending operations (stuck_report.hpp), aged against
+    /// `now_ms` (the loop's turn time). Loop thread.
+    void collect_pending(std::uint64_t now_ms, std::vector<pending_operation>& out) const;
     const connection_tally& tally() const noexcept { return tally_; }
     /// "data" or "agent" (metrics).
     const char* role() const noexcept { return role_; }
@@ -192,6 +195,9 @@ private:
     void mark_broken(const std::string& why) noexcept;
 
     std::shared_ptr<cordma::event_listener> event_listener_;
+    // The loop's turn time (event_listener_access::turn_ms): stamped on
+    // each posted slot and each waiting operation.
+    const std::uint64_t* turn_ms_ = nullptr;
     std::shared_ptr<queue_pair> qp_;
     std::shared_ptr<detail::transport> transport_;
     std::string peer_;

@@ -23,6 +23,7 @@
 #include "engine/connection_registry.hpp"
 #include "engine/metrics_endpoint_share.hpp"
 #include "engine/process_metrics.hpp"
+#include "engine/stuck_dump.hpp"
 #include "engine/event_listener_timer.hpp"
 #include "engine/exit_wait.hpp"
 #include "verbs/check.hpp"
@@ -150,6 +151,7 @@ std::shared_ptr<event_listener> event_listener::start(std::shared_ptr<device_con
                                                       event_listener_options options) {
     wait_at_exit();
     detail::start_environment_metrics_endpoint();
+    detail::start_environment_stuck_dump();
     std::shared_ptr<event_listener> el(new event_listener(std::move(device), options));
     std::promise<void> started;
     auto ready = started.get_future();
@@ -183,6 +185,7 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
         detail::throw_verbs_error(saved, "eventfd()");
     }
     connections_ = std::make_unique<detail::connection_registry>();
+    start_turn();
     channel_watch_.self = this;
     channel_watch_.on_ready = [](detail::uring_target* t, int) noexcept {
         static_cast<channel_watch*>(t)->self->on_channel_ready();
@@ -191,7 +194,7 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
     wakeup_watch_.on_ready = [](detail::uring_target* t, int) noexcept {
         static_cast<wakeup_watch*>(t)->self->on_wakeup();
     };
-    detail::enlist(connections_.get());  // last: nothing after it throws
+    detail::enlist(connections_.get(), this);  // last: nothing after it throws
 }
 
 metrics_snapshot event_listener::metrics() const { return connections_->snapshot(); }

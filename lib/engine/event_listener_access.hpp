@@ -36,6 +36,9 @@ public:
     static void end_wait(event_listener& l) noexcept { l.end_wait(); }
     /// The connections counted for metrics (connection_registry.hpp).
     static connection_registry& connections(event_listener& l) noexcept { return *l.connections_; }
+    /// The loop's turn time (coarse, ms): what pending operations are
+    /// stamped with. Loop thread.
+    static const std::uint64_t* turn_ms(const event_listener& l) noexcept { return &l.turn_ms_; }
 };
 
 }  // namespace cordma::detail

@@ -220,6 +220,7 @@ event_listener::drive_result event_listener::drive(void (*start)(void*), void* a
         waiting_callers_.fetch_add(1);
         return drive_result::not_taken;
     }
+    start_turn();  // what start posts is stamped now, not at the loop's last turn
     start(arg);
     // Adaptive polling: the spin window, measured from the first of a run
     // of idle turns; the clock is read once per 32 idle turns, never

@@ -2,6 +2,10 @@
 // pages (process_metrics.hpp) they ask for.
 #include "engine/metrics_http.hpp"
 
+#include <cstdlib>
+
+#include <cordma/stuck_report.hpp>
+
 #include "engine/process_metrics.hpp"
 
 namespace cordma::detail {
@@ -61,14 +65,21 @@ std::string metrics_response(std::string_view request) {
         options.peer_hosts = flag(query, "peer_hosts", true);
         return response("200 OK", "text/plain; version=0.0.4; charset=utf-8", process_prometheus(options), head);
     }
+    if (path == "/stuck") {
+        std::size_t limit = 20;
+        std::string_view q = query;
+        if (std::size_t at = q.find("limit="); at != std::string_view::npos)
+            limit = std::strtoul(std::string(q.substr(at + 6)).c_str(), nullptr, 10);
+        return response("200 OK", "text/plain; charset=utf-8", to_text(process_stuck(limit == 0 ? 20 : limit)), head);
+    }
     if (path == "/metrics.json")
         return response("200 OK", "application/json", process_json(), head);
     if (path == "/")
         return plain("200 OK", "cordma metrics: /metrics (Prometheus text; ?connections=1 adds each queue pair), "
-                               "/metrics.json",
+                               "/metrics.json, /stuck (the oldest pending operations; ?limit=N)",
                      head);
     return plain("404 Not Found", "cordma metrics endpoint: no page " + std::string(path) +
-                                      " (/metrics, /metrics.json)",
+                                      " (/metrics, /metrics.json, /stuck)",
                  head);
 }
 

@@ -17,6 +17,7 @@ namespace {
 struct process_list {
     std::mutex mutex;
     std::vector<const connection_registry*> live;
+    std::vector<event_listener*> listeners;  // live's, in the same order
     // What the event listeners that have gone counted.
     connection_counters closed;
     std::uint64_t opened = 0;
@@ -33,10 +34,21 @@ process_list& processes() {
 
 }  // namespace
 
-void enlist(const connection_registry* registry) {
+void enlist(const connection_registry* registry, event_listener* listener) {
     process_list& p = processes();
     std::lock_guard lock(p.mutex);
     p.live.push_back(registry);
+    p.listeners.push_back(listener);
+}
+
+std::vector<std::shared_ptr<event_listener>> process_event_listeners() {
+    process_list& p = processes();
+    std::lock_guard lock(p.mutex);
+    std::vector<std::shared_ptr<event_listener>> out;
+    for (event_listener* l : p.listeners)
+        if (auto kept = l->weak_from_this().lock())  // not one being destroyed
+            out.push_back(std::move(kept));
+    return out;
 }
 
 void delist(const connection_registry* registry) noexcept {
@@ -45,7 +57,11 @@ void delist(const connection_registry* registry) noexcept {
     // but by snapshot below, which holds ours first (one order).
     metrics_snapshot last = registry->snapshot();
     std::lock_guard lock(p.mutex);
-    p.live.erase(std::remove(p.live.begin(), p.live.end(), registry), p.live.end());
+    auto at = std::find(p.live.begin(), p.live.end(), registry);
+    if (at == p.live.end())
+        return;
+    p.listeners.erase(p.listeners.begin() + (at - p.live.begin()));
+    p.live.erase(at);
     p.closed += last.total();
     p.opened += last.opened;
     p.gone += last.opened;

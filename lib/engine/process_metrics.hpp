@@ -7,6 +7,10 @@
 #include <string>
 #include <string_view>
 
+#include <memory>
+#include <vector>
+
+#include <cordma/event_listener.hpp>
 #include <cordma/metrics.hpp>
 
 namespace cordma::detail {
@@ -16,8 +20,12 @@ class connection_registry;
 /// An event listener's connections join the process's (at its start) and
 /// leave them (at its end: their counts stay in the process's closed
 /// totals).
-void enlist(const connection_registry* registry);
+void enlist(const connection_registry* registry, event_listener* listener);
 void delist(const connection_registry* registry) noexcept;
+
+/// The event listeners of the process now (for process_stuck), each kept
+/// alive by the pointer returned.
+std::vector<std::shared_ptr<event_listener>> process_event_listeners();
 
 /// A module's part of the endpoint's pages, one per module (not per
 /// object: a module renders all of its objects at once, so each family

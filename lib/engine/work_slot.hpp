@@ -38,6 +38,9 @@ struct work_slot : completion_target {
     /// queue completes in that order, which selective signalling relies on).
     work_slot* next_in_line = nullptr;
     std::uint64_t ticket = 0;
+    /// The loop turn's time (coarse, ms) when its operation was posted: its
+    /// age in a stuck report.
+    std::uint64_t posted_ms = 0;
     /// The buffers of an orphaned operation (or a receive_queue's, or a
     /// kept message's), alive until the completion arrives or the message
     /// is taken. Empty while the operation itself holds them.

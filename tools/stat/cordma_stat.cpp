@@ -22,12 +22,13 @@
 namespace {
 
 void usage(FILE* to) {
-    std::fputs("usage: cordma-stat [-i SECONDS] [-n COUNT] [-q QPS] [--plain] ADDRESS\n"
+    std::fputs("usage: cordma-stat [-i SECONDS] [-n COUNT] [-q QPS] [-s OPS] [--plain] ADDRESS\n"
                "  ADDRESS            a metrics endpoint: unix:/path, /path, or HOST:PORT\n"
                "                     (CORDMA_METRICS=... or cordma::metrics_endpoint in the program)\n"
                "  -i, --interval S   seconds between samples (default 1; rates are over it)\n"
                "  -n, --count N      views shown before exiting (default: until interrupted)\n"
                "  -q, --queue-pairs N  queue pairs listed, busiest first (default 10; 0: none)\n"
+               "  -s, --stuck N      pending operations listed, oldest first (default 5; 0: none)\n"
                "      --plain        no screen clearing: each view follows the last (the default\n"
                "                     when the output is not a terminal)\n"
                "  -h, --help         this text\n",
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
             count = static_cast<long>(number(value(), 1));
         } else if (a == "-q" || a == "--queue-pairs") {
             options.queue_pairs = static_cast<std::size_t>(number(value(), 0));
+        } else if (a == "-s" || a == "--stuck") {
+            options.stuck = static_cast<std::size_t>(number(value(), 0));
         } else if (a == "--plain") {
             plain = true;
         } else if (!a.empty() && a[0] == '-') {
@@ -90,10 +93,10 @@ int main(int argc, char** argv) {
     options.address = address;
     options.interval = interval;
     try {
-        cordma_stat::reading before = cordma_stat::read(address);
+        cordma_stat::reading before = cordma_stat::read(address, options.stuck);
         for (long shown = 0; count < 0 || shown < count; ++shown) {
             std::this_thread::sleep_for(std::chrono::duration<double>(interval));
-            cordma_stat::reading now = cordma_stat::read(address);
+            cordma_stat::reading now = cordma_stat::read(address, options.stuck);
             std::string text = cordma_stat::render(before, now, options);
             if (!plain)
                 std::fputs("\033[H\033[2J", stdout);

@@ -75,9 +75,11 @@ std::map<qp_key, double> per_qp(const reading& r, const std::string& name) {
 
 }  // namespace
 
-reading read(const std::string& address) {
+reading read(const std::string& address, std::size_t stuck) {
     reading r;
     r.samples = parse(fetch(address, "/metrics?connections=1"));
+    if (stuck > 0)
+        r.stuck = fetch(address, "/stuck?limit=" + std::to_string(stuck));
     r.at = std::chrono::steady_clock::now();
     return r;
 }
@@ -171,6 +173,12 @@ std::string render(const reading& before, const reading& now, const view_options
         for (const auto& [server, n] : by(now, "cordma_rpc_unknown_method_total", "server"))
             if (n != 0)
                 out += line("%-6s %-18s %10s %12.0f", server.c_str(), "(no such method)", "", n);
+    }
+
+    // What waits longest.
+    if (options.stuck > 0 && !now.stuck.empty()) {
+        out += "\n";
+        out += now.stuck.rfind("cordma: no operation pending", 0) == 0 ? "pending operations: none\n" : now.stuck;
     }
 
     // The busiest queue pairs.

@@ -15,17 +15,22 @@ namespace cordma_stat {
 /// One page's samples and when they were read.
 struct reading {
     std::vector<sample> samples;
+    /// The endpoint's /stuck page (empty when not asked for).
+    std::string stuck;
     std::chrono::steady_clock::time_point at;
 };
 
-/// The endpoint's page with every queue pair (/metrics?connections=1).
-reading read(const std::string& address);
+/// The endpoint's page with every queue pair (/metrics?connections=1),
+/// and its `stuck` oldest pending operations (/stuck) unless 0.
+reading read(const std::string& address, std::size_t stuck);
 
 struct view_options {
     std::string address;
     double interval = 1.0;
     /// Queue pairs listed, busiest first.
     std::size_t queue_pairs = 10;
+    /// Pending operations listed, oldest first.
+    std::size_t stuck = 5;
 };
 
 /// What changed from `before` to `now`, as the terminal shows it.

@@ -60,6 +60,9 @@ struct CORDMA_API operation_base {
     operation_base* prev_waiting = nullptr;
     bool waiting = false;
     std::uint64_t ticket = 0;
+    // When it began to wait for a queue entry (the loop turn's coarse
+    // clock, ms): its age in a stuck report.
+    std::uint64_t waiting_since_ms = 0;
 
     // Outcome.
     bool done = false;

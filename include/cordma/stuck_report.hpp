@@ -1,0 +1,86 @@
+#pragma once
+/// \file
+/// What is waiting, and since when: every pending operation of a program's
+/// connections with its age and its stage, the oldest first, asked for
+/// while the program runs (event_listener::stuck, builder::stuck,
+/// process_stuck, the metrics endpoint's /stuck page, CORDMA_DUMP_ON).
+///
+/// ```
+/// cordma::stuck_report r = builder.stuck();
+/// std::fputs(cordma::to_text(r).c_str(), stderr);
+/// // 120 operations pending; the oldest:
+/// //   2,310 ms  send 64 B to 10.0.0.2:7471 (qp 17): posted, waiting for its completion
+/// ```
+///
+/// Ages come from the coarse clock each event listener reads once per turn
+/// of its loop (CLOCK_MONOTONIC_COARSE: a few milliseconds' resolution, no
+/// clock read per operation): an operation's age is how long ago the turn
+/// that posted it, or made it wait, began.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cordma/export.hpp>
+#include <cordma/metrics.hpp>
+
+namespace cordma {
+
+/// Where a pending operation is.
+enum class pending_stage : std::uint8_t {
+    /// Not posted yet: the send queue is full (waiting, FIFO, for an entry).
+    send_queue_full,
+    /// Not posted yet: the receive queue is full.
+    receive_queue_full,
+    /// Posted to the device, waiting for its completion (the peer's
+    /// acknowledgement, its answer to a read or an atomic, or a receive of
+    /// its for a send: a peer that posts none keeps a send here).
+    posted,
+    /// A receive posted, waiting for the peer's message.
+    receive_posted,
+};
+
+/// "waiting for a send-queue entry", "posted, waiting for its completion", ...
+CORDMA_API const char* describe(pending_stage stage) noexcept;
+
+/// One operation waiting.
+struct pending_operation {
+    /// The peer's address, as metrics name it ("10.0.0.2:7471").
+    std::string peer;
+    /// Its queue pair's number.
+    std::uint32_t qp_num = 0;
+    /// Its queue pair's role: "data", or "agent" (the agent's control QP).
+    std::string role;
+    /// What it is (a send, a read, a recv, ...).
+    operation_kind kind = operation_kind::send;
+    /// Where it waits.
+    pending_stage stage = pending_stage::posted;
+    /// How long it has waited (at the coarse clock's resolution).
+    std::chrono::milliseconds age{0};
+    /// The bytes it moves (its local buffers; 8 for an atomic).
+    std::uint64_t bytes = 0;
+};
+
+/// The pending operations of one or more event listeners, read at once.
+struct stuck_report {
+    /// The oldest ones, oldest first (at most as many as asked for).
+    std::vector<pending_operation> oldest;
+    /// Every pending operation seen.
+    std::uint64_t pending = 0;
+    /// Event listeners whose thread did not answer within the time asked
+    /// (1 s by default): it is busy, e.g. a handler that blocks it. Each
+    /// named by its device.
+    std::vector<std::string> unanswered;
+};
+
+/// The report as lines of text (the log's and the /stuck page's form).
+CORDMA_API std::string to_text(const stuck_report& report);
+
+/// Every event listener's in the process, merged (each asked on its own
+/// thread, at most `wait` each). Any thread but an event listener's.
+CORDMA_API stuck_report process_stuck(std::size_t limit = 20,
+                                      std::chrono::milliseconds wait = std::chrono::milliseconds(1000));
+
+}  // namespace cordma

@@ -1,0 +1,205 @@
+// The stuck report (issue 34, stuck_report.hpp): a peer stopped with
+// SIGSTOP while 120 operations wait on it is named, with every operation,
+// its stage and its age, within a second of being asked; the endpoint's
+// /stuck page and CORDMA_DUMP_ON's log line say the same (tests/meson.build
+// sets CORDMA_DUMP_ON=SIGUSR2 for this test); an event listener whose
+// thread is blocked is named busy instead of waited for.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <cordma/builder.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/listener.hpp>
+#include <cordma/log.hpp>
+#include <cordma/metrics_endpoint.hpp>
+#include <cordma/stuck_report.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+#include <cordma/when_all.hpp>
+
+#include "support/peer_process.hpp"
+#include "support/rxe_device.hpp"
+
+using namespace cordma;
+using namespace std::chrono_literals;
+using test::any_port;
+using test::peer_process;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+task<bool> fails(connection c, local_mr buffer, bool receive) {
+    try {
+        if (receive)
+            co_await c.recv(buffer.all());
+        else
+            co_await c.send(buffer.all());
+        co_return false;
+    } catch (const std::system_error&) {
+        co_return true;
+    }
+}
+
+// Polls `done` every 10 ms for at most `limit`: whether it became true.
+template <class F>
+bool eventually(F done, std::chrono::milliseconds limit = 10s) {
+    auto until = clock_type::now() + limit;
+    while (!done()) {
+        if (clock_type::now() > until)
+            return false;
+        std::this_thread::sleep_for(10ms);
+    }
+    return true;
+}
+
+std::string get_abstract(const std::string& name, const std::string& target) {
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path + 1, name.c_str(), name.size());
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&sa),
+                    static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) == 0);
+    std::string request = "GET " + target + " HTTP/1.0\r\n\r\n";
+    REQUIRE(send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
+    std::string in;
+    char buf[4096];
+    while (ssize_t n = recv(fd, buf, sizeof buf, 0)) {
+        REQUIRE(n > 0);
+        in.append(buf, static_cast<std::size_t>(n));
+    }
+    close(fd);
+    return in.substr(in.find("\r\n\r\n") + 4);
+}
+
+}  // namespace
+
+TEST_CASE("a stopped peer's 120 waiting operations are named with their stages and ages", "[stuck][process]") {
+    // rnr_retry 7: sends to a peer that posts no receive wait, retried,
+    // until the connection ends (not failed after 6 tries).
+    builder b;
+    b.send_queue_depth(64).rnr_retry(7);
+    listener l = b.listen(any_port());
+    peer_process peer({"sleep", l.address()});
+    connection conn = sync_wait(l.accept());
+    peer.stop();  // SIGSTOP: it posts no receive and sends nothing from now on
+    auto pool = b.pool();
+
+    std::vector<task<bool>> ops;
+    for (int i = 0; i < 100; ++i)
+        ops.push_back(fails(conn, pool->allocate(64), false));
+    for (int i = 0; i < 20; ++i)
+        ops.push_back(fails(conn, pool->allocate(128), true));
+    auto started = clock_type::now();
+    std::vector<bool> failed;
+    std::thread waiting([&] { failed = sync_wait(when_all(std::move(ops))); });
+
+    // All 120 seen, the oldest at least 300 ms old.
+    REQUIRE(eventually([&] { return b.stuck().pending == 120; }));
+    REQUIRE(eventually([&] {
+        stuck_report r = b.stuck(1);
+        return !r.oldest.empty() && r.oldest[0].age >= 300ms;
+    }));
+    auto asked = clock_type::now();
+    stuck_report r = b.stuck(200);
+    auto answered_in = clock_type::now() - asked;
+    auto waited = clock_type::now() - started;
+    CHECK(answered_in < 1s);
+    CHECK(r.unanswered.empty());
+    REQUIRE(r.pending == 120);
+    REQUIRE(r.oldest.size() == 120);
+    std::map<pending_stage, int> stages;
+    std::map<operation_kind, int> kinds;
+    for (const pending_operation& p : r.oldest) {
+        ++stages[p.stage];
+        ++kinds[p.kind];
+        CHECK(p.peer == conn.peer());
+        CHECK(p.qp_num == conn.qp()->qp_num());
+        CHECK(p.role == "data");
+        CHECK(p.bytes == (p.kind == operation_kind::recv ? 128u : 64u));
+        CHECK(p.age <= std::chrono::duration_cast<std::chrono::milliseconds>(waited) + 50ms);
+    }
+    CHECK(kinds[operation_kind::send] == 100);
+    CHECK(kinds[operation_kind::recv] == 20);
+    CHECK(stages[pending_stage::receive_posted] == 20);
+    // 64 entries in the send queue (the device may give more): the rest wait.
+    CHECK(stages[pending_stage::posted] >= 64);
+    CHECK(stages[pending_stage::posted] + stages[pending_stage::send_queue_full] == 100);
+    CHECK(r.oldest.front().age >= 300ms);
+    CHECK(r.oldest.front().age >= r.oldest.back().age);  // oldest first
+    std::string text = to_text(r);
+    INFO(text);
+    CHECK_THAT(text, Catch::Contains("cordma: 120 operations pending; the oldest 120:"));
+    CHECK_THAT(text, Catch::Contains(" ms  send 64 B, to " + conn.peer() + " (qp " +
+                                     std::to_string(conn.qp()->qp_num()) + ", data): posted, waiting for its completion"));
+    CHECK_THAT(text, Catch::Contains("recv 128 B, from " + conn.peer()));
+    CHECK_THAT(text, Catch::Contains("posted, waiting for the peer's message"));
+    if (stages[pending_stage::send_queue_full] > 0)
+        CHECK_THAT(text, Catch::Contains("waiting for a send-queue entry"));
+
+    std::printf("%s", to_text(b.stuck(3)).c_str());  // a real capture (docs/observability.md)
+
+    // The process's report, the endpoint's page and the signal's log line.
+    CHECK(process_stuck(5).pending >= 120);
+    std::string name = "cordma-stuck-test-" + std::to_string(getpid());
+    metrics_endpoint endpoint("unix:@" + name);
+    CHECK_THAT(get_abstract(name, "/stuck?limit=3"), Catch::Contains("120 operations pending; the oldest 3:"));
+    std::mutex mutex;
+    std::string logged;
+    set_log_sink([&](log_level, std::string_view line) {
+        std::lock_guard lock(mutex);
+        logged += line;
+    });
+    REQUIRE(raise(SIGUSR2) == 0);  // CORDMA_DUMP_ON=SIGUSR2 (tests/meson.build)
+    bool dumped = eventually([&] {
+        std::lock_guard lock(mutex);
+        return logged.find("120 operations pending") != std::string::npos;
+    });
+    set_log_sink(nullptr);
+    CHECK(dumped);
+    CHECK_THAT(logged, Catch::Contains("cordma: stuck report (CORDMA_DUMP_ON)"));
+
+    // The peer killed: every operation fails, nothing is pending.
+    REQUIRE(kill(peer.pid, SIGKILL) == 0);
+    waiting.join();
+    CHECK(std::count(failed.begin(), failed.end(), true) == 120);
+    CHECK(eventually([&] { return b.stuck().pending == 0; }));
+    CHECK(to_text(b.stuck()) == "cordma: no operation pending\n");
+}
+
+TEST_CASE("an event listener whose thread is blocked is named busy, not waited for", "[stuck]") {
+    builder b;
+    listener l = b.listen(any_port());  // makes the event listener
+    std::atomic<bool> entered{false}, release{false};
+    b.event_listener()->post([&] {
+        entered = true;
+        while (!release.load())
+            std::this_thread::yield();  // a handler that blocks its thread
+    });
+    REQUIRE(eventually([&] { return entered.load(); }));
+    auto asked = clock_type::now();
+    stuck_report r = b.stuck(20, 200ms);
+    auto took = clock_type::now() - asked;
+    release = true;
+    CHECK(took < 2s);
+    REQUIRE(r.unanswered.size() == 1);
+    CHECK_THAT(r.unanswered[0], Catch::Contains("the event listener on " + b.event_listener()->device()->name()));
+    CHECK_THAT(to_text(r), Catch::Contains("did not answer in time: its thread is busy"));
+    // Free again: it answers.
+    CHECK(eventually([&] { return b.stuck(20, 200ms).unanswered.empty(); }));
+}
