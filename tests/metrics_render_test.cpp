@@ -49,7 +49,15 @@ TEST_CASE("the Prometheus page has every family once, typed, and escapes label v
     m.connections = {qp("a\"b\\c:1", 7, 2)};
     m.opened = 3;
     m.gone = 2;
+    m.disconnects[static_cast<std::size_t>(disconnect_cause::peer_closed)] = 2;
+    m.connections[0].broken = true;
+    m.connections[0].cause = disconnect_cause::failed_completion;
+    m.disconnects[static_cast<std::size_t>(disconnect_cause::failed_completion)] = 1;
     std::string page = to_prometheus(m, {.peer_hosts = true, .connections = true});
+    CHECK_THAT(page, Catch::Contains("cordma_disconnects_total{cause=\"closed_here\"} 0\n"));
+    CHECK_THAT(page, Catch::Contains("cordma_disconnects_total{cause=\"peer_closed\"} 2\n"));
+    CHECK_THAT(page, Catch::Contains("cordma_disconnects_total{cause=\"failed_completion\"} 1\n"));
+    CHECK_THAT(page, Catch::Contains("cordma_qp_broken{peer=\"a\\\"b\\\\c:1\",qp=\"7\",role=\"data\"} 1\n"));
     CHECK_THAT(page, Catch::Contains("# TYPE cordma_operations_completed_total counter\n"));
     CHECK_THAT(page, Catch::Contains("cordma_operations_completed_total{kind=\"write\"} 2\n"));
     CHECK_THAT(page, Catch::Contains("cordma_queue_pairs 1\n"));
@@ -69,4 +77,8 @@ TEST_CASE("the Prometheus page has every family once, typed, and escapes label v
     std::string json = to_json(m);
     CHECK_THAT(json, Catch::Contains("\"peer\": \"a\\\"b\\\\c:1\""));
     CHECK_THAT(json, Catch::Contains("\"write\": {\"posted\": 2, \"completed\": 2, \"failed\": 0, \"bytes\": 200}"));
+    CHECK_THAT(json, Catch::Contains("\"disconnects\": {\"closed_here\": 0, \"peer_closed\": 2, "
+                                     "\"failed_completion\": 1, \"other\": 0}"));
+    CHECK_THAT(json, Catch::Contains("\"cause\": \"failed_completion\""));
+    CHECK(std::string(name(disconnect_cause::closed_here)) == "closed_here");
 }

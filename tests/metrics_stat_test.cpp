@@ -168,6 +168,7 @@ TEST_CASE("cordma-stat shows a live rpc server with 16 clients", "[metrics][stat
     REQUIRE(rc == 0);
     // Both ends in this process: 16 client and 16 server queue pairs.
     CHECK(live.find("queue pairs: 32 live (0 broken), 32 opened, 0 closed") != std::string::npos);
+    CHECK(live.find("disconnects: closed_here 0, failed_completion 0, other 0, peer_closed 0\n") != std::string::npos);
     std::vector<double> echo = numbers_after(live, "1      echo ");
     REQUIRE(echo.size() == 6);
     CHECK(echo[0] > 0);  // calls per second while they ran
@@ -204,6 +205,14 @@ TEST_CASE("cordma-stat shows a live rpc server with 16 clients", "[metrics][stat
     std::string page = http_get(env_address.substr(5), "/metrics");
     CHECK(sample_of(page, "cordma_rpc_calls_total{server=\"1\",method=\"echo\"}") == static_cast<double>(total));
     CHECK(sample_of(page, "cordma_queue_pairs") == 32);
+    // The clients' side, summed over the 16: every call made and answered.
+    CHECK(sample_of(page, "cordma_rpc_client_calls_total") == static_cast<double>(total));
+    CHECK(sample_of(page, "cordma_rpc_client_answered_total") == static_cast<double>(total));
+    CHECK(sample_of(page, "cordma_rpc_client_errors_total{error=\"timed_out\"}") == 0);
+    std::uint64_t by_clients = 0;
+    for (const rpc::client& c : clients)
+        by_clients += c.metrics().answered;
+    CHECK(by_clients == total);
     auto [lint, said] = run("promtool check metrics", page);
     INFO("promtool says: " << said);
     CHECK(lint == 0);
@@ -218,6 +227,24 @@ TEST_CASE("cordma-stat shows a live rpc server with 16 clients", "[metrics][stat
     clients.clear();
     stop_serving.request_stop();
     serving.join();
+    // Every client's end counted once: 16 closed here, and the server's 16
+    // queue pairs ended by those clients (or by the server's own close of
+    // a connection whose client went, if it saw that first).
+    auto ends = [&] {
+        metrics_snapshot m = process_metrics();
+        std::uint64_t n = 0;
+        for (std::uint64_t d : m.disconnects)
+            n += d;
+        return n;
+    };
+    for (int i = 0; i < 500 && ends() < 32; ++i)
+        std::this_thread::sleep_for(10ms);
+    metrics_snapshot m = process_metrics();
+    CHECK(m.disconnects[static_cast<std::size_t>(disconnect_cause::closed_here)] >= 16);
+    CHECK(m.disconnects[static_cast<std::size_t>(disconnect_cause::closed_here)] +
+              m.disconnects[static_cast<std::size_t>(disconnect_cause::peer_closed)] ==
+          32);
+    CHECK(m.disconnects[static_cast<std::size_t>(disconnect_cause::failed_completion)] == 0);
 
     // Nothing listening: cordma-stat says so and fails.
     auto [rc5, missing] = run(stat_program() + " -n 1 -i 0.1 unix:/tmp/cordma-stat-nobody.sock");

@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include <array>
+
 #include <catch2/catch.hpp>
 
 #include <cordma/builder.hpp>
@@ -207,6 +209,8 @@ TEST_CASE("waits for a full send queue and a failed write are counted, by status
     CHECK(mine.role == "data");
     CHECK(mine.broken);
     CHECK_THAT(mine.broken_reason, Catch::Contains("remote access error") || Catch::Contains("REM_ACCESS"));
+    CHECK(mine.cause == disconnect_cause::failed_completion);
+    CHECK(m.disconnects == std::array<std::uint64_t, disconnect_causes>{0, 0, 1, 0});
     CHECK_THAT(to_prometheus(m), Catch::Contains("cordma_completions_total{status=\"rem_access_err\"} 1"));
 }
 
@@ -270,6 +274,14 @@ TEST_CASE("a builder's metrics count live and closed connections, by peer host, 
     CHECK(m.connections.empty());
     CHECK(m.opened == 4);
     CHECK(m.gone == 4);
+    // Each queue pair's end counted once: closed by one side or the other
+    // (which first is a race), none failed.
+    CHECK(m.disconnects[static_cast<std::size_t>(disconnect_cause::closed_here)] +
+              m.disconnects[static_cast<std::size_t>(disconnect_cause::peer_closed)] ==
+          4);
+    CHECK(m.disconnects[static_cast<std::size_t>(disconnect_cause::closed_here)] >= 1);
+    CHECK(m.disconnects[static_cast<std::size_t>(disconnect_cause::failed_completion)] == 0);
+    CHECK(m.disconnects[static_cast<std::size_t>(disconnect_cause::other)] == 0);
     CHECK(m.closed[operation_kind::write].completed == 10);
     CHECK(m.total()[operation_kind::write].bytes == 10000);
 }

@@ -13,6 +13,7 @@
 #include <asio/post.hpp>
 #include <asio/thread_pool.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <coroutine>
@@ -459,10 +460,26 @@ TEST_CASE("errors reach their call and the connection stays up", "[rpc]") {
     CHECK(echo.failed == 0);
     CHECK(shaped.calls == 2);  // over the client's max_response, then the wrong byte
     CHECK(shaped.failed == 2);
+    CHECK(shaped.errors[static_cast<int>(rpc::rpc_errc::too_large)] == 1);
+    CHECK(shaped.errors[static_cast<int>(rpc::rpc_errc::handler_failed)] == 1);
     CHECK(fails.calls == 1);
     CHECK(fails.failed == 1);
+    CHECK(fails.errors[static_cast<int>(rpc::rpc_errc::handler_failed)] == 1);
     CHECK(fails.in_flight() == 0);
+    CHECK(echo.errors == std::array<std::uint64_t, 8>{});
     CHECK(slow.calls == 0);
+
+    // The client counted the same calls from its side, the one refused
+    // before sending (over max_request) included: 7 made, 1 answered, 2
+    // unknown methods, 2 handler failures, 2 too large.
+    rpc::client_metrics cm = c.metrics();
+    CHECK(cm.calls == 7);
+    CHECK(cm.answered == 1);
+    CHECK(cm.errors[static_cast<int>(rpc::rpc_errc::unknown_method)] == 2);
+    CHECK(cm.errors[static_cast<int>(rpc::rpc_errc::handler_failed)] == 2);
+    CHECK(cm.errors[static_cast<int>(rpc::rpc_errc::too_large)] == 2);
+    CHECK(cm.failed() == 6);
+    CHECK(cm.in_flight() == 0);
 }
 
 namespace {

@@ -61,6 +61,28 @@ inline constexpr std::size_t completion_statuses = 24;
 /// names in lower case without IBV_WC_, the label in the renderings.
 CORDMA_API const char* completion_status_name(std::size_t status) noexcept;
 
+/// Why a connection (a queue pair) ended: metrics_snapshot::disconnects.
+enum class disconnect_cause : std::uint8_t {
+    /// This side closed it: close(), shut_down(), its last handle dropped
+    /// (a module closing its own connection counts here too).
+    closed_here,
+    /// The peer did: its rdma_cm disconnect, or its TCP exchange socket
+    /// closing (its process ended, or it closed).
+    peer_closed,
+    /// A work completion failed: the peer stopped acknowledging (its host
+    /// or link gone), a remote access error (a bad key), a receiver that
+    /// never made room, ...: completions[status] says which.
+    failed_completion,
+    /// Anything else: the agent's control channel failing, a module's
+    /// liveness check giving up on the peer, a post the device refused.
+    other,
+};
+/// How many causes there are (the size of metrics_snapshot::disconnects).
+inline constexpr std::size_t disconnect_causes = 4;
+/// "closed_here", "peer_closed", "failed_completion", "other": the label
+/// in the renderings.
+CORDMA_API const char* name(disconnect_cause cause) noexcept;
+
 /// One kind of operation on one connection.
 struct operation_counters {
     /// Work requests posted for it (for recv: receives posted, by recv or
@@ -120,6 +142,8 @@ struct connection_metrics {
     bool broken = false;
     /// Why it broke (the first failure), or empty.
     std::string broken_reason;
+    /// The kind of that reason (when broken).
+    disconnect_cause cause = disconnect_cause::other;
     /// What it counted.
     connection_counters counters;
 };
@@ -135,6 +159,9 @@ struct CORDMA_API metrics_snapshot {
     std::uint64_t opened = 0;
     /// Those of them destroyed since (their counts are in `closed`).
     std::uint64_t gone = 0;
+    /// Queue pairs whose connection ended, by disconnect_cause (each
+    /// counted once, when it first broke; live and gone ones alike).
+    std::array<std::uint64_t, disconnect_causes> disconnects{};
 
     /// closed plus every live connection's.
     connection_counters total() const;

@@ -79,6 +79,8 @@
 #include <vector>
 
 #include <cordma/builder.hpp>
+#include <array>
+
 #include <cordma/connection.hpp>
 #include <cordma/export.hpp>
 #include <cordma/listener.hpp>
@@ -228,6 +230,11 @@ struct method_metrics {
     std::uint64_t failed = 0;
     /// Calls whose client was gone, or the server shut, before the answer.
     std::uint64_t abandoned = 0;
+    /// The failed calls by why, indexed by rpc_errc's value: handler_failed
+    /// (the handler threw), too_large (a response over the client's
+    /// max_response), protocol (a request that could not be read: its
+    /// client's connection broke). They add up to `failed`.
+    std::array<std::uint64_t, 8> errors{};
     /// Calls received and not yet answered (their handlers run).
     std::uint64_t in_flight() const noexcept { return calls - answered - failed - abandoned; }
 };
@@ -329,6 +336,28 @@ private:
     std::shared_ptr<detail::server_state> state_;
 };
 
+/// What a client's calls came to (client::metrics): exact counts, kept on
+/// the event listener thread and read from any thread.
+struct client_metrics {
+    /// Calls made (refused ones included: too large, or on a broken
+    /// connection).
+    std::uint64_t calls = 0;
+    /// Calls answered with a response.
+    std::uint64_t answered = 0;
+    /// Calls that ended with an error, by rpc_errc's value (index 1:
+    /// unknown_method ... 7: server_gone), what the call threw.
+    std::array<std::uint64_t, 8> errors{};
+    /// The errors summed.
+    std::uint64_t failed() const noexcept {
+        std::uint64_t n = 0;
+        for (std::uint64_t e : errors)
+            n += e;
+        return n;
+    }
+    /// Calls made and not yet ended.
+    std::uint64_t in_flight() const noexcept { return calls - answered - failed(); }
+};
+
 /// A client's settings, fixed at connect.
 struct client_options {
     /// Responses up to this many bytes travel inline into the client's
@@ -420,6 +449,9 @@ public:
     std::uint32_t credits() const;
     /// The underlying connection (its QP, its settings).
     const cordma::connection& connection() const;
+    /// Its calls so far: made, answered, failed by error, in flight. Any
+    /// thread; each count exact as of its reading.
+    client_metrics metrics() const;
 
 private:
     explicit client(std::shared_ptr<detail::client_state> state) : state_(std::move(state)) {}

@@ -94,18 +94,21 @@ void connection::shut_down() {
     checked_state("shut_down");
     auto state = state_;
     if (state->event_listener()->running_in_this_thread())
-        state->shut_down("connection shut down by this side");
+        state->shut_down("connection shut down by this side", disconnect_cause::closed_here);
     else
-        state->event_listener()->post([state] { state->shut_down("connection shut down by this side"); });
+        state->event_listener()->post(
+            [state] { state->shut_down("connection shut down by this side", disconnect_cause::closed_here); });
 }
 
 task<void> connection::close() {
     checked_state("close");
     auto state = state_;
     co_await state->event_listener()->schedule();
+    // The peer's answer to our disconnect may end it first: still ours.
+    state->closing_here = true;
     if (!state->broken() && state->transport())
         co_await state->transport()->close();
-    state->shut_down("connection closed by this side");
+    state->shut_down("connection closed by this side", disconnect_cause::closed_here);
 }
 
 task<connection> connection::new_connection() {

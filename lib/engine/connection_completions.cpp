@@ -159,7 +159,8 @@ void connection_state::complete_queue_slot(work_slot* slot, const ibv_wc& wc) no
 void connection_state::note_failure(const char* what, const ibv_wc& wc) noexcept {
     const char* meaning = work_completion_meaning(wc.status);
     mark_broken(std::string("an earlier ") + what + " failed with " + ibv_wc_status_str(wc.status) + " (status " +
-                std::to_string(static_cast<int>(wc.status)) + ")" + (meaning ? std::string(": ") + meaning : ""));
+                std::to_string(static_cast<int>(wc.status)) + ")" + (meaning ? std::string(": ") + meaning : ""),
+                disconnect_cause::failed_completion);
 }
 
 // rxe's completer can take a plain ACK whose PSN is an atomic's last PSN

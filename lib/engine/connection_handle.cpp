@@ -56,7 +56,7 @@ task<void> close_dropped(std::shared_ptr<connection_state> state) {
             co_await state->transport()->close();
     }
     // Posted receives are flushed now; the state goes with the last of them.
-    state->shut_down("connection closed: its last handle was dropped");
+    state->shut_down("connection closed: its last handle was dropped", disconnect_cause::closed_here);
 }
 
 }  // namespace

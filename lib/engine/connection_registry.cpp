@@ -23,12 +23,15 @@ void connection_registry::remove(const connection_state* state) noexcept {
     ++gone_;
 }
 
-void connection_registry::note_broken(const connection_state* state, const std::string& why) {
+void connection_registry::note_broken(const connection_state* state, const std::string& why,
+                                      disconnect_cause cause) {
     std::lock_guard lock(mutex_);
     for (entry& e : live_)
         if (e.state == state && !e.broken) {
             e.broken = true;
             e.reason = why;
+            e.cause = cause;
+            ++disconnects_[static_cast<std::size_t>(cause)];
         }
 }
 
@@ -38,8 +41,9 @@ metrics_snapshot connection_registry::snapshot() const {
     m.connections.reserve(live_.size());
     for (const entry& e : live_)
         m.connections.push_back({e.state->peer(), e.state->qp()->qp_num(), e.state->role(), e.broken, e.reason,
-                                 e.state->tally().read()});
+                                 e.cause, e.state->tally().read()});
     m.closed = closed_;
+    m.disconnects = disconnects_;
     m.opened = opened_;
     m.gone = gone_;
     return m;

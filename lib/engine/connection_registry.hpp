@@ -22,8 +22,9 @@ public:
     void add(const connection_state* state);
     /// Its final counts go into the closed totals.
     void remove(const connection_state* state) noexcept;
-    /// `state` broke, for `why` (kept for the snapshot; any thread).
-    void note_broken(const connection_state* state, const std::string& why);
+    /// `state` broke, for `why` (kept for the snapshot, and counted by
+    /// `cause` the first time; any thread).
+    void note_broken(const connection_state* state, const std::string& why, disconnect_cause cause);
     metrics_snapshot snapshot() const;
     /// Every live connection's pending operations (stuck_report.hpp),
     /// aged against `now_ms`. The loop's thread (the connections' lists
@@ -36,12 +37,14 @@ private:
         const connection_state* state;
         bool broken = false;
         std::string reason;
+        disconnect_cause cause = disconnect_cause::other;
     };
     mutable std::mutex mutex_;
     std::vector<entry> live_;  // oldest first
     connection_counters closed_;
     std::uint64_t opened_ = 0;
     std::uint64_t gone_ = 0;
+    std::array<std::uint64_t, disconnect_causes> disconnects_{};
 };
 
 }  // namespace cordma::detail

@@ -122,11 +122,13 @@ void connection_state::set_transport(std::shared_ptr<detail::transport> t) {
     transport_->attach(weak_from_this());
 }
 
-void connection_state::mark_broken(const std::string& why) noexcept {
+void connection_state::mark_broken(const std::string& why, disconnect_cause cause) noexcept {
     broken_ = true;
     broken_reason_ = why;
+    if (closing_here)
+        cause = disconnect_cause::closed_here;
     try {
-        event_listener_access::connections(*event_listener_).note_broken(this, why);
+        event_listener_access::connections(*event_listener_).note_broken(this, why, cause);
     } catch (...) {  // the snapshot shows it up a while longer; the connection still breaks
     }
     detail::logf(log_level::info, "cordma: connection to %s (QP %u) ended: %s", peer_.c_str(), qp_->qp_num(),
@@ -147,9 +149,9 @@ void connection_state::fail_waiters() noexcept {
     }
 }
 
-void connection_state::shut_down(const std::string& why) noexcept {
+void connection_state::shut_down(const std::string& why, disconnect_cause cause) noexcept {
     if (!broken_)
-        mark_broken(why);
+        mark_broken(why, cause);
     if (agent)
         agent->shut_down(why);
     try {

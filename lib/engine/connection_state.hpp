@@ -105,11 +105,15 @@ public:
     /// The receive_queue that owns the receives, if any (set and cleared by
     /// the queue, which outlives its attachment).
     receive_queue_state* receive_queue = nullptr;
+    /// connection::close has begun: an end seen meanwhile (the peer's
+    /// disconnect answering ours) counts as closed here.
+    bool closing_here = false;
     const std::string& broken_reason() const noexcept { return broken_reason_; }
 
     /// Event listener thread. Moves the QP to ERROR so every pending operation
-    /// completes (with a flush error) and new ones fail with `why`.
-    void shut_down(const std::string& why) noexcept;
+    /// completes (with a flush error) and new ones fail with `why`;
+    /// counted in the metrics as `cause` (if it had not broken already).
+    void shut_down(const std::string& why, disconnect_cause cause = disconnect_cause::other) noexcept;
 
     /// What set the connection up and watches the peer (rdma_cm id, TCP
     /// socket); kept as long as the state. Event listener thread.
@@ -192,7 +196,7 @@ private:
     void promote_waiters(bool receive) noexcept;
     void fail(operation_base* op, std::exception_ptr error) noexcept;
     void fail_waiters() noexcept;
-    void mark_broken(const std::string& why) noexcept;
+    void mark_broken(const std::string& why, disconnect_cause cause) noexcept;
 
     std::shared_ptr<cordma::event_listener> event_listener_;
     // The loop's turn time (event_listener_access::turn_ms): stamped on

@@ -27,6 +27,16 @@ const char* name(operation_kind kind) noexcept {
     return "unknown";
 }
 
+const char* name(disconnect_cause cause) noexcept {
+    switch (cause) {
+    case disconnect_cause::closed_here: return "closed_here";
+    case disconnect_cause::peer_closed: return "peer_closed";
+    case disconnect_cause::failed_completion: return "failed_completion";
+    case disconnect_cause::other: return "other";
+    }
+    return "unknown";
+}
+
 const char* completion_status_name(std::size_t status) noexcept {
     static constexpr const char* names[completion_statuses] = {
         "success",          "loc_len_err",        "loc_qp_op_err",     "loc_eec_op_err",    "loc_prot_err",

@@ -81,7 +81,10 @@ std::string to_json(const metrics_snapshot& snapshot) {
     number(out, "queue_pairs", snapshot.connections.size());
     number(out, "opened", snapshot.opened);
     number(out, "gone", snapshot.gone);
-    out += "\"total\": ";
+    out += "\"disconnects\": {";
+    for (std::size_t i = 0; i < disconnect_causes; ++i)
+        number(out, name(static_cast<disconnect_cause>(i)), snapshot.disconnects[i], i + 1 < disconnect_causes);
+    out += "}, \"total\": ";
     counters(out, snapshot.total());
     out += ", \"closed\": ";
     counters(out, snapshot.closed);
@@ -111,6 +114,10 @@ std::string to_json(const metrics_snapshot& snapshot) {
         out += c.broken ? "true" : "false";
         out += ", \"broken_reason\": ";
         quoted(out, c.broken_reason);
+        if (c.broken) {
+            out += ", \"cause\": ";
+            quoted(out, name(c.cause));
+        }
         out += ", \"counters\": ";
         counters(out, c.counters);
         out += '}';

@@ -130,6 +130,12 @@ std::string to_prometheus(const metrics_snapshot& snapshot, const prometheus_opt
     out += "# HELP cordma_queue_pairs_closed_total Queue pairs closed (their counts stay in the totals).\n"
            "# TYPE cordma_queue_pairs_closed_total counter\n";
     sample(out, "cordma_queue_pairs_closed_total", "", "", snapshot.gone);
+    out += "# HELP cordma_disconnects_total Queue pairs whose connection ended, by cause (closed_here, peer_closed, "
+           "failed_completion, other).\n"
+           "# TYPE cordma_disconnects_total counter\n";
+    for (std::size_t i = 0; i < disconnect_causes; ++i)
+        sample(out, "cordma_disconnects_total", "",
+               std::string("cause=\"") + name(static_cast<disconnect_cause>(i)) + "\"", snapshot.disconnects[i]);
 
     connection_counters total = snapshot.total();
     render(out, "", "All queue pairs, closed ones included.", {scope{"", &total}});

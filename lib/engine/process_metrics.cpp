@@ -22,6 +22,7 @@ struct process_list {
     connection_counters closed;
     std::uint64_t opened = 0;
     std::uint64_t gone = 0;
+    std::array<std::uint64_t, disconnect_causes> disconnects{};
     std::vector<metrics_section> sections;
 };
 
@@ -65,6 +66,8 @@ void delist(const connection_registry* registry) noexcept {
     p.closed += last.total();
     p.opened += last.opened;
     p.gone += last.opened;
+    for (std::size_t i = 0; i < disconnect_causes; ++i)
+        p.disconnects[i] += last.disconnects[i];
 }
 
 void add_metrics_section(metrics_section section) {
@@ -116,6 +119,7 @@ metrics_snapshot process_metrics() {
     out.closed = p.closed;
     out.opened = p.opened;
     out.gone = p.gone;
+    out.disconnects = p.disconnects;
     for (const detail::connection_registry* r : p.live) {
         metrics_snapshot one = r->snapshot();
         for (connection_metrics& c : one.connections)
@@ -123,6 +127,8 @@ metrics_snapshot process_metrics() {
         out.closed += one.closed;
         out.opened += one.opened;
         out.gone += one.gone;
+        for (std::size_t i = 0; i < disconnect_causes; ++i)
+            out.disconnects[i] += one.disconnects[i];
     }
     return out;
 }

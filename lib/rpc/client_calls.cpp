@@ -24,18 +24,29 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
         co_await event_listener_->schedule();
     c.id = take_id();
     c.method = method;
-    if (broken_)
+    tally_.calls.add();
+    if (broken_) {
+        tally_.error(broken_->first);
         throw rpc_error(broken_->first, what_call(c) + ": " + broken_->second);
-    if (request.size() > server_max_request_)
+    }
+    if (request.size() > server_max_request_) {
+        tally_.error(rpc_errc::too_large);
         throw rpc_error(rpc_errc::too_large, what_call(c) + ": a request of " + std::to_string(request.size()) +
                                                  " bytes, over the server's max_request of " +
                                                  std::to_string(server_max_request_));
+    }
     // Whatever ends the call (an answer, the deadline, the token, the
     // coroutine being destroyed) leaves nothing pointing at `c`.
     struct guard {
         client_state* self;
         pending_call* c;
         ~guard() {
+            // Its caller's coroutine destroyed before an end: counted as
+            // cancelled, so calls made always add up.
+            if (!c->finished) {
+                c->finished = true;
+                self->tally_.error(rpc_errc::cancelled);
+            }
             self->forget(*c);
             if (c->has_credit && !c->sent) {  // never used: back to the next call
                 ++self->available_;

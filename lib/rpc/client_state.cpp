@@ -230,6 +230,10 @@ void client_state::finish(pending_call& c, std::optional<rpc_errc> error, std::s
     if (c.finished)
         return;
     c.finished = true;
+    if (error)
+        tally_.error(*error);
+    else
+        tally_.answered.add();
     c.error = error;
     c.message = std::move(message);
     forget(c);

@@ -26,6 +26,7 @@
 
 #include "core/coarse_clock.hpp"
 #include "link/elastic_receives.hpp"
+#include "rpc/client_tally.hpp"
 #include "rpc/frame_buffers.hpp"
 #include "rpc/rpc_wire.hpp"
 
@@ -81,6 +82,8 @@ public:
     const std::string& peer() const noexcept { return peer_; }
     std::uint32_t credits() const noexcept { return credits_; }
     const cordma::connection& connection() const noexcept { return conn_; }
+    /// Its calls' counts (client::metrics; any thread).
+    client_metrics metrics() const noexcept { return tally_.read(); }
     const std::shared_ptr<cordma::event_listener>& event_listener() const noexcept { return event_listener_; }
 
 private:
@@ -138,6 +141,7 @@ private:
     builder builder_;
     client_options options_;
     cordma::connection conn_;
+    client_tally tally_;  // calls, answers and errors (client::metrics)
     std::string peer_;
     std::shared_ptr<cordma::event_listener> event_listener_;
     std::optional<receive_queue> receives_;

@@ -158,4 +158,6 @@ const std::string& client::peer() const { return checked("peer").peer(); }
 std::uint32_t client::credits() const { return checked("credits").credits(); }
 const cordma::connection& client::connection() const { return checked("connection").connection(); }
 
+client_metrics client::metrics() const { return checked("metrics").metrics(); }
+
 }  // namespace cordma::rpc

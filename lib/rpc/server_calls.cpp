@@ -132,7 +132,7 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         // The client's memory could not be read: its connection is broken.
         large_mr = {};
         if (counts != nullptr)
-            counts->failed.add();
+            counts->fail(rpc_errc::protocol);
         call_finished(*s);
         violation(s, "reading its request of " + std::to_string(h.size) + " bytes failed: " + message);
         co_return;
@@ -248,8 +248,10 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         }
         credit_back(s);
     }
-    if (counts != nullptr)
-        (status == 0 ? counts->answered : counts->failed).add();
+    if (counts != nullptr && status == 0)
+        counts->answered.add();
+    else if (counts != nullptr)
+        counts->fail(static_cast<rpc_errc>(status));
     --s->active;
     if (reply)
         co_await send_buffer(s, out, std::move(reply), reply_size);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/process_metrics.hpp"
+#include "rpc/client_tally.hpp"
 
 namespace cordma::rpc::detail {
 
@@ -32,6 +33,10 @@ std::vector<std::shared_ptr<server_metrics_view>> live_servers() {
     return out;
 }
 
+// rpc_errc's names, by value (the label error).
+const char* const error_names[8] = {"none",     "unknown_method", "handler_failed", "too_large",
+                                    "protocol", "timed_out",      "cancelled",      "server_gone"};
+
 struct family {
     const char* name;
     const char* type;
@@ -53,7 +58,26 @@ const family families[] = {
      [](const method_metrics& m) { return m.in_flight(); }},
 };
 
+void clients_prometheus(std::string& out) {
+    client_metrics c = client_tally::process_total();
+    if (c.calls == 0)
+        return;
+    out += "# HELP cordma_rpc_client_calls_total rpc calls made by this process's clients.\n"
+           "# TYPE cordma_rpc_client_calls_total counter\n"
+           "cordma_rpc_client_calls_total " + std::to_string(c.calls) + "\n";
+    out += "# HELP cordma_rpc_client_answered_total rpc calls of this process's clients answered with a response.\n"
+           "# TYPE cordma_rpc_client_answered_total counter\n"
+           "cordma_rpc_client_answered_total " + std::to_string(c.answered) + "\n";
+    out += "# HELP cordma_rpc_client_errors_total rpc calls of this process's clients that ended with an error, by "
+           "error.\n"
+           "# TYPE cordma_rpc_client_errors_total counter\n";
+    for (std::size_t e = 1; e < c.errors.size(); ++e)
+        out += std::string("cordma_rpc_client_errors_total{error=\"") + error_names[e] + "\"} " +
+               std::to_string(c.errors[e]) + "\n";
+}
+
 void prometheus(std::string& out) {
+    clients_prometheus(out);
     auto list = live_servers();
     if (list.empty())
         return;
@@ -70,6 +94,15 @@ void prometheus(std::string& out) {
                 out += std::to_string(f.value(mm)) + "\n";
             }
     }
+    out += "# HELP cordma_rpc_errors_total rpc calls answered with an error, by server, method and error.\n"
+           "# TYPE cordma_rpc_errors_total counter\n";
+    for (const auto& [number, m] : read)
+        for (const method_metrics& mm : m.methods)
+            for (std::size_t e = 1; e < mm.errors.size(); ++e)
+                if (mm.errors[e] != 0)
+                    out += "cordma_rpc_errors_total{server=\"" + std::to_string(number) + "\",method=\"" +
+                           cordma::detail::prometheus_label(mm.name) + "\",error=\"" + error_names[e] + "\"} " +
+                           std::to_string(mm.errors[e]) + "\n";
     out += "# HELP cordma_rpc_unknown_method_total rpc calls to a method without a handler, by server.\n"
            "# TYPE cordma_rpc_unknown_method_total counter\n";
     for (const auto& [number, m] : read)
@@ -95,20 +128,33 @@ void json(std::string& out) {
             cordma::detail::json_string(out, mm.name);
             out += ",\"calls\":" + std::to_string(mm.calls) + ",\"answered\":" + std::to_string(mm.answered);
             out += ",\"failed\":" + std::to_string(mm.failed) + ",\"abandoned\":" + std::to_string(mm.abandoned);
-            out += ",\"in_flight\":" + std::to_string(mm.in_flight()) + "}";
+            out += ",\"in_flight\":" + std::to_string(mm.in_flight()) + ",\"errors\":{";
+            for (std::size_t e = 1; e < mm.errors.size(); ++e)
+                out += std::string(e == 1 ? "" : ",") + "\"" + error_names[e] + "\":" + std::to_string(mm.errors[e]);
+            out += "}}";
         }
         out += "]}";
     }
     out += "]";
+    client_metrics c = client_tally::process_total();
+    out += ",\"rpc_clients\":{\"calls\":" + std::to_string(c.calls) + ",\"answered\":" + std::to_string(c.answered) +
+           ",\"errors\":{";
+    for (std::size_t e = 1; e < c.errors.size(); ++e)
+        out += std::string(e == 1 ? "" : ",") + "\"" + error_names[e] + "\":" + std::to_string(c.errors[e]);
+    out += "}}";
 }
 
 }  // namespace
 
+void add_rpc_metrics_section() {
+    static std::once_flag once;
+    std::call_once(once, [] { cordma::detail::add_metrics_section({&prometheus, &json}); });
+}
+
 std::shared_ptr<server_metrics_view> server_metrics_view::publish() {
+    add_rpc_metrics_section();
     server_list& l = servers();
     std::lock_guard lock(l.mutex);
-    if (l.made == 0)
-        cordma::detail::add_metrics_section({&prometheus, &json});
     auto view = std::make_shared<server_metrics_view>(++l.made);
     std::erase_if(l.live, [](const std::weak_ptr<server_metrics_view>& w) { return w.expired(); });
     l.live.push_back(view);
@@ -139,6 +185,8 @@ server_metrics server_metrics_view::read() const {
         m.answered = e.counts->answered.get();
         m.failed = e.counts->failed.get();
         m.abandoned = e.counts->abandoned.get();
+        for (std::size_t i = 0; i < m.errors.size(); ++i)
+            m.errors[i] = e.counts->errors[i].get();
         m.calls = e.counts->calls.get();
         out.methods.push_back(std::move(m));
     }

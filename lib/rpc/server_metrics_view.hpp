@@ -6,6 +6,7 @@
 /// keeps their names and tallies under a lock taken only when a method is
 /// registered and when the counts are read.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -21,7 +22,17 @@ namespace cordma::rpc::detail {
 /// One method's counts (handler_entry's, shared with it).
 struct method_tally {
     cordma::detail::counter calls, answered, failed, abandoned;
+    std::array<cordma::detail::counter, 8> errors;  // the failed, by rpc_errc's value
+    /// A failed call, for `why` (event listener thread).
+    void fail(rpc_errc why) noexcept {
+        failed.add();
+        errors[static_cast<std::size_t>(why) & 7].add();
+    }
 };
+
+/// Adds rpc's part (servers' methods, clients' totals) to the process's
+/// metrics pages, once (a server's view or a client's tally calls it).
+void add_rpc_metrics_section();
 
 class server_metrics_view {
 public:

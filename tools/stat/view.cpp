@@ -99,6 +99,11 @@ std::string render(const reading& before, const reading& now, const view_options
                 one(now, "cordma_queue_pairs_broken"), one(now, "cordma_queue_pairs_opened_total"),
                 one(now, "cordma_queue_pairs_closed_total"));
 
+    std::string ends;
+    for (const auto& [cause, n] : by(now, "cordma_disconnects_total", "cause"))
+        ends += (ends.empty() ? " " : ", ") + cause + " " + std::to_string(static_cast<unsigned long long>(n));
+    out += "disconnects:" + (ends.empty() ? std::string(" none") : ends) + "\n";
+
     // By operation kind.
     out += "\n";
     out += line("%-15s %10s %10s %9s %10s %12s %9s", "operation", "posted/s", "done/s", "failed/s", "MB/s", "done",

@@ -134,7 +134,8 @@ void cm_id::handle_event(const cm_event_copy& event) noexcept {
             if (!port_down(id_))
                 rdma_disconnect(id_);
             if (auto state = state_.lock())
-                state->shut_down("peer " + peer_ + " disconnected (" + describe(event) + ")");
+                state->shut_down("peer " + peer_ + " disconnected (" + describe(event) + ")",
+                                 disconnect_cause::peer_closed);
         }
         break;
     default: break;

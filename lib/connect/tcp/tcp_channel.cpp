@@ -64,7 +64,8 @@ void tcp_channel::peer_gone() noexcept {
         return;  // our own close
     closing_ = true;
     if (auto state = state_.lock())
-        state->shut_down("peer " + peer_ + " disconnected (TCP exchange socket closed)");
+        state->shut_down("peer " + peer_ + " disconnected (TCP exchange socket closed)",
+                            disconnect_cause::peer_closed);
     try {
         asio::post(service_->context(), [io = io_] { io->close(); });
     } catch (const std::exception&) {
