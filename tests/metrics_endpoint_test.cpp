@@ -20,7 +20,11 @@
 
 #include <cordma/metrics_endpoint.hpp>
 
+#include "support/http_client.hpp"
+
 using cordma::metrics_endpoint;
+using cordma::test::connect_endpoint;
+using cordma::test::http_exchange;
 
 namespace {
 
@@ -28,47 +32,8 @@ std::string temp_path(const char* name) {
     return "/tmp/cordma-endpoint-" + std::to_string(getpid()) + "-" + name + ".sock";
 }
 
-int connect_to(const std::string& address) {
-    if (address.rfind("unix:", 0) == 0) {
-        sockaddr_un sa{};
-        sa.sun_family = AF_UNIX;
-        std::string path = address.substr(5);
-        std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
-        socklen_t len = sizeof sa;
-        if (path[0] == '@') {
-            sa.sun_path[0] = '\0';
-            len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size());
-        }
-        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&sa), len) == 0);
-        return fd;
-    }
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    std::size_t colon = address.rfind(':');
-    REQUIRE(inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr) == 1);
-    sa.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1))));
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-    return fd;
-}
-
-// Sends `request` and reads the whole answer (the endpoint closes after it).
-std::string ask(const std::string& address, const std::string& request) {
-    int fd = connect_to(address);
-    REQUIRE(send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
-    std::string in;
-    char buf[4096];
-    while (ssize_t n = recv(fd, buf, sizeof buf, 0)) {
-        REQUIRE(n > 0);
-        in.append(buf, static_cast<std::size_t>(n));
-    }
-    close(fd);
-    return in;
-}
-
 std::string get(const std::string& address, const std::string& path) {
-    return ask(address, "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    return http_exchange(address, "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n");
 }
 
 std::string status(const std::string& answer) { return answer.substr(0, answer.find("\r\n")); }
@@ -115,14 +80,14 @@ TEST_CASE("the endpoint serves the pages over a Unix socket and removes it after
         CHECK(body(json).find("\"connections\"") != std::string::npos);
 
         // HEAD: the headers alone.
-        std::string head = ask(e.address(), "HEAD /metrics HTTP/1.0\r\n\r\n");
+        std::string head = http_exchange(e.address(), "HEAD /metrics HTTP/1.0\r\n\r\n");
         CHECK(status(head) == "HTTP/1.0 200 OK");
         CHECK(body(head).empty());
 
         CHECK(status(get(e.address(), "/nothing")) == "HTTP/1.0 404 Not Found");
         CHECK(body(get(e.address(), "/nothing")).find("/metrics, /metrics.json, /stuck") != std::string::npos);
-        CHECK(status(ask(e.address(), "POST /metrics HTTP/1.0\r\n\r\n")) == "HTTP/1.0 405 Method Not Allowed");
-        CHECK(status(ask(e.address(), "hello\n\n")) == "HTTP/1.0 400 Bad Request");
+        CHECK(status(http_exchange(e.address(), "POST /metrics HTTP/1.0\r\n\r\n")) == "HTTP/1.0 405 Method Not Allowed");
+        CHECK(status(http_exchange(e.address(), "hello\n\n")) == "HTTP/1.0 400 Bad Request");
         CHECK(e.requests() == 7);
     }
     CHECK_FALSE(exists(path));
@@ -141,7 +106,7 @@ TEST_CASE("the endpoint takes a free loopback port and names it", "[metrics_endp
 
 TEST_CASE("a client that says nothing does not hold the endpoint", "[metrics_endpoint]") {
     metrics_endpoint e("unix:" + temp_path("silent"));
-    int silent = connect_to(e.address());
+    int silent = connect_endpoint(e.address());
     auto start = std::chrono::steady_clock::now();
     CHECK(status(get(e.address(), "/metrics")) == "HTTP/1.0 200 OK");
     // Answered once the silent one's 2 s ran out, not never.

@@ -30,6 +30,7 @@
 #include <cordma/task.hpp>
 #include <cordma/task_group.hpp>
 
+#include "support/http_client.hpp"
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
@@ -63,29 +64,6 @@ std::pair<int, std::string> run(const std::string& command, const std::string& i
     if (!path.empty())
         unlink(path.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
-// GET `target` from the endpoint on the Unix socket `path`: the body.
-std::string http_get(const std::string& path, const std::string& target) {
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    REQUIRE(path[0] == '@');  // the abstract namespace (the VM's /tmp takes no socket)
-    std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
-    sa.sun_path[0] = '\0';
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&sa),
-                    static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size())) == 0);
-    std::string request = "GET " + target + " HTTP/1.0\r\n\r\n";
-    REQUIRE(send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
-    std::string in;
-    char buf[4096];
-    while (ssize_t n = recv(fd, buf, sizeof buf, 0)) {
-        REQUIRE(n > 0);
-        in.append(buf, static_cast<std::size_t>(n));
-    }
-    close(fd);
-    REQUIRE(in.rfind("HTTP/1.0 200 OK\r\n", 0) == 0);
-    return in.substr(in.find("\r\n\r\n") + 4);
 }
 
 std::string stat_program() {
@@ -202,7 +180,7 @@ TEST_CASE("cordma-stat shows a live rpc server with 16 clients", "[metrics][stat
     REQUIRE(env != nullptr);
     std::string env_address = env;
     env_address.replace(env_address.find("%p"), 2, std::to_string(getpid()));
-    std::string page = http_get(env_address.substr(5), "/metrics");
+    std::string page = test::http_get_ok(env_address, "/metrics");
     CHECK(sample_of(page, "cordma_rpc_calls_total{server=\"1\",method=\"echo\"}") == static_cast<double>(total));
     CHECK(sample_of(page, "cordma_queue_pairs") == 32);
     // The clients' side, summed over the 16: every call made and answered.
@@ -217,7 +195,7 @@ TEST_CASE("cordma-stat shows a live rpc server with 16 clients", "[metrics][stat
     INFO("promtool says: " << said);
     CHECK(lint == 0);
     CHECK(said.empty());
-    std::string json = http_get(env_address.substr(5), "/metrics.json");
+    std::string json = test::http_get_ok(env_address, "/metrics.json");
     auto [py, calls] = run("python3 -c 'import json,sys; d=json.load(sys.stdin); "
                            "print(d[\"rpc_servers\"][0][\"methods\"][0][\"calls\"], len(d[\"connections\"]))'",
                            json);

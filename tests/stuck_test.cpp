@@ -33,6 +33,7 @@
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
 
+#include "support/http_client.hpp"
 #include "support/peer_process.hpp"
 #include "support/rxe_device.hpp"
 
@@ -66,25 +67,6 @@ bool eventually(F done, std::chrono::milliseconds limit = 10s) {
         std::this_thread::sleep_for(10ms);
     }
     return true;
-}
-
-std::string get_abstract(const std::string& name, const std::string& target) {
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    std::memcpy(sa.sun_path + 1, name.c_str(), name.size());
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&sa),
-                    static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) == 0);
-    std::string request = "GET " + target + " HTTP/1.0\r\n\r\n";
-    REQUIRE(send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
-    std::string in;
-    char buf[4096];
-    while (ssize_t n = recv(fd, buf, sizeof buf, 0)) {
-        REQUIRE(n > 0);
-        in.append(buf, static_cast<std::size_t>(n));
-    }
-    close(fd);
-    return in.substr(in.find("\r\n\r\n") + 4);
 }
 
 }  // namespace
@@ -158,7 +140,7 @@ TEST_CASE("a stopped peer's 120 waiting operations are named with their stages a
     CHECK(process_stuck(5).pending >= 120);
     std::string name = "cordma-stuck-test-" + std::to_string(getpid());
     metrics_endpoint endpoint("unix:@" + name);
-    CHECK_THAT(get_abstract(name, "/stuck?limit=3"), Catch::Contains("120 operations pending; the oldest 3:"));
+    CHECK_THAT(test::http_get_ok("unix:@" + name, "/stuck?limit=3"), Catch::Contains("120 operations pending; the oldest 3:"));
     std::mutex mutex;
     std::string logged;
     set_log_sink([&](log_level, std::string_view line) {

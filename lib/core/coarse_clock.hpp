@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <cstdint>
 
 namespace cordma::detail {
 
@@ -22,6 +23,12 @@ struct coarse_clock {
         timespec ts{};
         clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
         return time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+    }
+    /// now() in whole milliseconds: the stamp of a pending operation's
+    /// age (stuck_report.hpp).
+    static std::uint64_t now_ms() noexcept {
+        return static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(now().time_since_epoch()).count());
     }
     /// How far behind the precise clock it may be: added to every deadline,
     /// so none passes early.

@@ -194,13 +194,13 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
     wakeup_watch_.on_ready = [](detail::uring_target* t, int) noexcept {
         static_cast<wakeup_watch*>(t)->self->on_wakeup();
     };
-    detail::enlist(connections_.get(), this);  // last: nothing after it throws
+    detail::enlist(this);  // last: nothing after it throws
 }
 
 metrics_snapshot event_listener::metrics() const { return connections_->snapshot(); }
 
 event_listener::~event_listener() {
-    detail::delist(connections_.get());
+    detail::delist(this);
     // Timers still pending when the thread stopped never fire.
     for (timer_entry* entry : timers_)
         delete entry;

@@ -6,9 +6,10 @@
 
 #include <liburing.h>
 #include <sched.h>
-#include <ctime>
 
 #include <chrono>
+
+#include "core/coarse_clock.hpp"
 
 namespace cordma {
 
@@ -125,9 +126,7 @@ void event_listener::arm_all() {
 void event_listener::start_turn() noexcept {
     // A few nanoseconds: the coarse clock reads the vDSO's last tick, not
     // the clock source (1.7 us a read on an emulated guest's HPET).
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    turn_ms_ = static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1'000'000;
+    turn_ms_ = detail::coarse_clock::now_ms();
 }
 
 unsigned event_listener::reap_uring() {

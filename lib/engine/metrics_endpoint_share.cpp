@@ -33,29 +33,25 @@ std::shared_ptr<metrics_endpoint> shared_metrics_endpoint(const std::string& whe
 }
 
 void start_environment_metrics_endpoint() {
-    static std::mutex mutex;
-    static bool started = false;
-    std::lock_guard lock(mutex);
-    if (started)
-        return;
-    const char* where = std::getenv("CORDMA_METRICS");
-    if (where == nullptr || *where == '\0') {
-        started = true;
-        return;
-    }
-    // "%p": this process's id, so the processes of one job (mpirun's
-    // ranks) given one value each serve at their own address.
-    std::string address = where;
-    for (std::size_t at = address.find("%p"); at != std::string::npos; at = address.find("%p", at))
-        address.replace(at, 2, std::to_string(getpid()));
-    try {
-        // Never stopped: it serves until the process ends (its thread
-        // waits in poll; exit ends it with the rest).
-        environment_endpoint.store(new metrics_endpoint(address));
-    } catch (const std::exception& e) {
-        throw std::invalid_argument(std::string("CORDMA_METRICS=") + where + ": " + e.what());
-    }
-    started = true;
+    // Once; a failure throws and leaves it to be tried again (call_once).
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const char* where = std::getenv("CORDMA_METRICS");
+        if (where == nullptr || *where == '\0')
+            return;
+        // "%p": this process's id, so the processes of one job (mpirun's
+        // ranks) given one value each serve at their own address.
+        std::string address = where;
+        for (std::size_t at = address.find("%p"); at != std::string::npos; at = address.find("%p", at))
+            address.replace(at, 2, std::to_string(getpid()));
+        try {
+            // Never stopped: it serves until the process ends (its thread
+            // waits in poll; exit ends it with the rest).
+            environment_endpoint.store(new metrics_endpoint(address));
+        } catch (const std::exception& e) {
+            throw std::invalid_argument(std::string("CORDMA_METRICS=") + where + ": " + e.what());
+        }
+    });
 }
 
 }  // namespace cordma::detail

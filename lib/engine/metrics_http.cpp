@@ -3,6 +3,7 @@
 #include "engine/metrics_http.hpp"
 
 #include <cstdlib>
+#include <optional>
 
 #include <cordma/stuck_report.hpp>
 
@@ -26,19 +27,22 @@ std::string plain(const char* status, const std::string& text, bool head = false
     return response(status, "text/plain; charset=utf-8", text + "\n", head);
 }
 
-// The value of `key` in a query ("a=1&b=0"), or `fallback`.
-bool flag(std::string_view query, std::string_view key, bool fallback) {
+// The value of `key` in a query ("a=1&b=0"; a bare "a" is "1"), if there.
+std::optional<std::string_view> query_value(std::string_view query, std::string_view key) {
     while (!query.empty()) {
         std::size_t amp = query.find('&');
         std::string_view pair = query.substr(0, amp);
         query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
         std::size_t eq = pair.find('=');
-        if (pair.substr(0, eq) != key)
-            continue;
-        std::string_view v = eq == std::string_view::npos ? std::string_view("1") : pair.substr(eq + 1);
-        return !(v == "0" || v == "false" || v == "no");
+        if (pair.substr(0, eq) == key)
+            return eq == std::string_view::npos ? std::string_view("1") : pair.substr(eq + 1);
     }
-    return fallback;
+    return std::nullopt;
+}
+
+bool flag(std::string_view query, std::string_view key, bool fallback) {
+    auto v = query_value(query, key);
+    return v ? !(*v == "0" || *v == "false" || *v == "no") : fallback;
 }
 
 }  // namespace
@@ -67,9 +71,8 @@ std::string metrics_response(std::string_view request) {
     }
     if (path == "/stuck") {
         std::size_t limit = 20;
-        std::string_view q = query;
-        if (std::size_t at = q.find("limit="); at != std::string_view::npos)
-            limit = std::strtoul(std::string(q.substr(at + 6)).c_str(), nullptr, 10);
+        if (auto v = query_value(query, "limit"))
+            limit = std::strtoul(std::string(*v).c_str(), nullptr, 10);
         return response("200 OK", "text/plain; charset=utf-8", to_text(process_stuck(limit == 0 ? 20 : limit)), head);
     }
     if (path == "/metrics.json")

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/connection_registry.hpp"
+#include "engine/event_listener_access.hpp"
 
 namespace cordma {
 
@@ -16,8 +17,7 @@ namespace {
 
 struct process_list {
     std::mutex mutex;
-    std::vector<const connection_registry*> live;
-    std::vector<event_listener*> listeners;  // live's, in the same order
+    std::vector<event_listener*> live;
     // What the event listeners that have gone counted.
     connection_counters closed;
     std::uint64_t opened = 0;
@@ -33,35 +33,39 @@ process_list& processes() {
     return *list;
 }
 
+// Its connections (the registry lives as long as the listener, which
+// delists itself before it goes).
+const connection_registry& connections_of(event_listener* l) noexcept {
+    return event_listener_access::connections(*l);
+}
+
 }  // namespace
 
-void enlist(const connection_registry* registry, event_listener* listener) {
+void enlist(event_listener* listener) {
     process_list& p = processes();
     std::lock_guard lock(p.mutex);
-    p.live.push_back(registry);
-    p.listeners.push_back(listener);
+    p.live.push_back(listener);
 }
 
 std::vector<std::shared_ptr<event_listener>> process_event_listeners() {
     process_list& p = processes();
     std::lock_guard lock(p.mutex);
     std::vector<std::shared_ptr<event_listener>> out;
-    for (event_listener* l : p.listeners)
+    for (event_listener* l : p.live)
         if (auto kept = l->weak_from_this().lock())  // not one being destroyed
             out.push_back(std::move(kept));
     return out;
 }
 
-void delist(const connection_registry* registry) noexcept {
+void delist(event_listener* listener) noexcept {
     process_list& p = processes();
     // Read before the lock: a registry's lock is never taken inside ours
     // but by snapshot below, which holds ours first (one order).
-    metrics_snapshot last = registry->snapshot();
+    metrics_snapshot last = connections_of(listener).snapshot();
     std::lock_guard lock(p.mutex);
-    auto at = std::find(p.live.begin(), p.live.end(), registry);
+    auto at = std::find(p.live.begin(), p.live.end(), listener);
     if (at == p.live.end())
         return;
-    p.listeners.erase(p.listeners.begin() + (at - p.live.begin()));
     p.live.erase(at);
     p.closed += last.total();
     p.opened += last.opened;
@@ -120,8 +124,8 @@ metrics_snapshot process_metrics() {
     out.opened = p.opened;
     out.gone = p.gone;
     out.disconnects = p.disconnects;
-    for (const detail::connection_registry* r : p.live) {
-        metrics_snapshot one = r->snapshot();
+    for (event_listener* l : p.live) {
+        metrics_snapshot one = detail::connections_of(l).snapshot();
         for (connection_metrics& c : one.connections)
             out.connections.push_back(std::move(c));
         out.closed += one.closed;

@@ -15,13 +15,11 @@
 
 namespace cordma::detail {
 
-class connection_registry;
-
 /// An event listener's connections join the process's (at its start) and
 /// leave them (at its end: their counts stay in the process's closed
 /// totals).
-void enlist(const connection_registry* registry, event_listener* listener);
-void delist(const connection_registry* registry) noexcept;
+void enlist(event_listener* listener);
+void delist(event_listener* listener) noexcept;
 
 /// The event listeners of the process now (for process_stuck), each kept
 /// alive by the pointer returned.

@@ -66,33 +66,30 @@ void dump_loop() {
 }  // namespace
 
 void start_environment_stuck_dump() {
-    static std::mutex mutex;
-    static bool started = false;
-    std::lock_guard lock(mutex);
-    if (started)
-        return;
-    const char* value = std::getenv("CORDMA_DUMP_ON");
-    if (value == nullptr || *value == '\0') {
-        started = true;
-        return;
-    }
-    int sig = signal_number(value);
-    if (sig == 0 || sig == SIGKILL || sig == SIGSTOP)
-        throw std::invalid_argument(std::string("CORDMA_DUMP_ON=") + value +
-                                    ": not a signal cordma can take; give one such as SIGUSR2 (or USR2, or its "
-                                    "number), not SIGKILL or SIGSTOP");
-    if (pipe2(dump_pipe, O_CLOEXEC) != 0)
-        throw std::invalid_argument(std::string("CORDMA_DUMP_ON=") + value + ": pipe2: " + std::strerror(errno));
-    fcntl(dump_pipe[1], F_SETFL, O_NONBLOCK);
-    struct sigaction sa{};
-    sa.sa_handler = &on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    if (sigaction(sig, &sa, nullptr) != 0)
-        throw std::invalid_argument(std::string("CORDMA_DUMP_ON=") + value + ": sigaction: " + std::strerror(errno));
-    // Detached: it waits in read() until the process ends.
-    std::thread(dump_loop).detach();
-    started = true;
+    // Once; a failure throws and leaves it to be tried again (call_once).
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const char* value = std::getenv("CORDMA_DUMP_ON");
+        if (value == nullptr || *value == '\0')
+            return;
+        int sig = signal_number(value);
+        if (sig == 0 || sig == SIGKILL || sig == SIGSTOP)
+            throw std::invalid_argument(std::string("CORDMA_DUMP_ON=") + value +
+                                        ": not a signal cordma can take; give one such as SIGUSR2 (or USR2, or its "
+                                        "number), not SIGKILL or SIGSTOP");
+        if (dump_pipe[0] == -1 && pipe2(dump_pipe, O_CLOEXEC) != 0)
+            throw std::invalid_argument(std::string("CORDMA_DUMP_ON=") + value + ": pipe2: " + std::strerror(errno));
+        fcntl(dump_pipe[1], F_SETFL, O_NONBLOCK);
+        struct sigaction sa{};
+        sa.sa_handler = &on_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        if (sigaction(sig, &sa, nullptr) != 0)
+            throw std::invalid_argument(std::string("CORDMA_DUMP_ON=") + value + ": sigaction: " +
+                                        std::strerror(errno));
+        // Detached: it waits in read() until the process ends.
+        std::thread(dump_loop).detach();
+    });
 }
 
 }  // namespace cordma::detail

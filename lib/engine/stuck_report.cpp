@@ -6,21 +6,15 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <ctime>
 #include <mutex>
 
+#include "core/coarse_clock.hpp"
 #include "engine/connection_registry.hpp"
 #include "engine/process_metrics.hpp"
 
 namespace cordma {
 
 namespace {
-
-std::uint64_t coarse_now_ms() noexcept {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1'000'000;
-}
 
 // Oldest first, `limit` of them kept (stable: equal ages keep posting order).
 void keep_oldest(std::vector<pending_operation>& ops, std::size_t limit) {
@@ -56,7 +50,7 @@ const char* describe(pending_stage stage) noexcept {
 stuck_report event_listener::stuck(std::size_t limit, std::chrono::milliseconds wait) {
     auto collect = [this, limit] {
         stuck_report r;
-        connections_->collect_pending(coarse_now_ms(), r.oldest);
+        connections_->collect_pending(detail::coarse_clock::now_ms(), r.oldest);
         r.pending = r.oldest.size();
         keep_oldest(r.oldest, limit);
         return r;
