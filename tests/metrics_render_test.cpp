@@ -71,6 +71,20 @@ TEST_CASE("the Prometheus page has every family once, typed, and escapes label v
         ++at;
     }
     CHECK(types == 1);
+    // Latency: a summary per kind but recv, NaN quantiles while empty,
+    // and the maximum beside it.
+    CHECK_THAT(page, Catch::Contains("# TYPE cordma_operation_latency_seconds summary\n"));
+    CHECK_THAT(page, Catch::Contains("cordma_operation_latency_seconds{kind=\"read\",quantile=\"0.99\"} NaN\n"));
+    CHECK_THAT(page, Catch::Contains("cordma_operation_latency_seconds_count{kind=\"read\"} 0\n"));
+    CHECK_THAT(page, !Catch::Contains("cordma_operation_latency_seconds_count{kind=\"recv\"}"));
+    CHECK_THAT(page, Catch::Contains("# TYPE cordma_operation_latency_max_seconds gauge\n"));
+    m.latency[static_cast<std::size_t>(operation_kind::write)].record(1500);
+    m.latency[static_cast<std::size_t>(operation_kind::write)].record(2500);
+    std::string timed = to_prometheus(m);
+    CHECK_THAT(timed, Catch::Contains("cordma_operation_latency_seconds_count{kind=\"write\"} 2\n"));
+    CHECK_THAT(timed, Catch::Contains("cordma_operation_latency_seconds_sum{kind=\"write\"} 4e-06\n"));
+    CHECK_THAT(timed, Catch::Contains("cordma_operation_latency_max_seconds{kind=\"write\"} 2.5e-06\n"));
+    CHECK_THAT(to_json(m), Catch::Contains("\"write\": {\"count\": 2, \"p50_ns\": 1535, "));
     // Without the per-connection option, no qp series.
     CHECK_THAT(to_prometheus(m), !Catch::Contains("cordma_qp_"));
 

@@ -148,8 +148,10 @@ TEST_CASE("cordma-stat shows a live rpc server with 16 clients", "[metrics][stat
     CHECK(live.find("queue pairs: 32 live (0 broken), 32 opened, 0 closed") != std::string::npos);
     CHECK(live.find("disconnects: closed_here 0, failed_completion 0, other 0, peer_closed 0\n") != std::string::npos);
     std::vector<double> echo = numbers_after(live, "1      echo ");
-    REQUIRE(echo.size() == 6);
+    REQUIRE(echo.size() == 8);
     CHECK(echo[0] > 0);  // calls per second while they ran
+    CHECK(echo[6] > 0);  // p50 us
+    CHECK(echo[7] >= echo[6]);  // p99 us
     CHECK(live.find("queue pairs, busiest 32 of 32:") != std::string::npos);
     std::size_t up = 0;
     for (std::size_t at = live.find(" up\n"); at != std::string::npos; at = live.find(" up\n", at + 1))
@@ -166,7 +168,7 @@ TEST_CASE("cordma-stat shows a live rpc server with 16 clients", "[metrics][stat
     std::printf("cordma-stat after the calls:\n%s\n", after.c_str());
     REQUIRE(rc2 == 0);
     echo = numbers_after(after, "1      echo ");
-    REQUIRE(echo.size() == 6);
+    REQUIRE(echo.size() == 8);
     CHECK(echo[0] == 0);                             // calls/s: none now
     CHECK(echo[1] == static_cast<double>(total));  // calls
     CHECK(echo[2] == static_cast<double>(total));  // answered
@@ -187,6 +189,11 @@ TEST_CASE("cordma-stat shows a live rpc server with 16 clients", "[metrics][stat
     CHECK(sample_of(page, "cordma_rpc_client_calls_total") == static_cast<double>(total));
     CHECK(sample_of(page, "cordma_rpc_client_answered_total") == static_cast<double>(total));
     CHECK(sample_of(page, "cordma_rpc_client_errors_total{error=\"timed_out\"}") == 0);
+    // Every answered call timed, on both sides.
+    CHECK(sample_of(page, "cordma_rpc_latency_seconds_count{server=\"1\",method=\"echo\"}") ==
+          static_cast<double>(total));
+    CHECK(sample_of(page, "cordma_rpc_client_latency_seconds_count") == static_cast<double>(total));
+    CHECK(sample_of(page, "cordma_rpc_client_latency_seconds{quantile=\"0.5\"}") > 0);
     std::uint64_t by_clients = 0;
     for (const rpc::client& c : clients)
         by_clients += c.metrics().answered;

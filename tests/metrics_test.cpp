@@ -8,6 +8,7 @@
 
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -159,6 +160,65 @@ TEST_CASE("every operation kind is counted exactly, on both ends", "[metrics]") 
     CHECK(total[operation_kind::write].completed == rounds);
     CHECK(total[operation_kind::recv].completed == 3 * rounds);
     CHECK(total.completions[0] == c.signalled + 3 * rounds);
+}
+
+TEST_CASE("every operation's latency lands in its kind's histogram, and a reset starts them afresh", "[metrics]") {
+    fixture f;
+    local_mr out = f.pool->allocate(4096);
+    local_mr in = f.pool->allocate(4096);
+    local_mr target = f.pool->allocate(4096);
+    local_mr words = f.pool->allocate(16);
+    std::memset(words.data(), 0, 16);
+
+    auto began = std::chrono::steady_clock::now();
+    sync_wait(every_kind(f, out, in, target, words));
+    double wall_ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - began).count();
+
+    metrics_snapshot m = f.el->metrics();
+    double timed_ns = 0;
+    for (std::size_t k = 0; k < operation_kinds; ++k) {
+        auto kind = static_cast<operation_kind>(k);
+        const latency_histogram& h = m.latency_of(kind);
+        INFO("kind " << name(kind) << ": p50 " << h.quantile_ns(0.5) << " ns, p99 " << h.quantile_ns(0.99)
+                     << " ns, max " << h.max_ns() << " ns");
+        if (kind == operation_kind::recv) {
+            CHECK(h.count() == 0);  // receives are not timed
+            continue;
+        }
+        CHECK(h.count() == rounds);
+        CHECK(h.quantile_ns(0.5) <= h.quantile_ns(0.9));
+        CHECK(h.quantile_ns(0.9) <= h.quantile_ns(0.99));
+        CHECK(h.quantile_ns(0.99) <= h.max_ns());
+        // An RDMA round trip on rxe takes microseconds: a tick read as a
+        // nanosecond (or a second) would put these far off.
+        CHECK(h.quantile_ns(0.5) > 500);
+        CHECK(h.max_ns() < 10e9);
+        timed_ns += h.sum_ns();
+    }
+    // One operation at a time (each send beside its receive): their times
+    // add up to no more than the run's, measured by the steady clock.
+    CHECK(timed_ns > 0);
+    CHECK(timed_ns <= wall_ns * 1.01);
+
+    // The process's figures hold this listener's.
+    CHECK(process_metrics().latency_of(operation_kind::write).count() >= rounds);
+
+    f.el->reset_latency();
+    metrics_snapshot after_reset = f.el->metrics();
+    for (const latency_histogram& h : after_reset.latency) {
+        CHECK(h.count() == 0);
+        CHECK(h.max_ns() == 0);
+    }
+    CHECK(after_reset.total()[operation_kind::write].completed == rounds);  // counters go on
+    sync_wait([&]() -> task<void> {
+        for (int i = 0; i < 10; ++i)
+            co_await f.client.write(out.slice(0, 64), target.remote().slice(0, 64));
+    }());
+    metrics_snapshot later = f.el->metrics();
+    CHECK(later.latency_of(operation_kind::write).count() == 10);
+    CHECK(later.latency_of(operation_kind::read).count() == 0);
+    CHECK(later.latency_of(operation_kind::write).max_ns() > 0);
+    CHECK(later.total()[operation_kind::write].completed == rounds + 10);
 }
 
 TEST_CASE("waits for a full send queue and a failed write are counted, by status", "[metrics]") {

@@ -445,6 +445,10 @@ TEST_CASE("errors reach their call and the connection stays up", "[rpc]") {
     // (each counted before its answer left): the request over max_request
     // never reached it.
     rpc::server_metrics m = s.server.metrics();
+    // A slow call of 50 ms, answered: its latency is at least that on
+    // both sides.
+    CHECK(c.call_sync(3, slow_request(50)).size() == 4);
+    m = s.server.metrics();
     CHECK(m.unknown_method == 2);
     auto method = [&](std::uint32_t n) {
         for (const rpc::method_metrics& x : m.methods)
@@ -467,14 +471,26 @@ TEST_CASE("errors reach their call and the connection stays up", "[rpc]") {
     CHECK(fails.errors[static_cast<int>(rpc::rpc_errc::handler_failed)] == 1);
     CHECK(fails.in_flight() == 0);
     CHECK(echo.errors == std::array<std::uint64_t, 8>{});
-    CHECK(slow.calls == 0);
+    CHECK(slow.calls == 1);
+    CHECK(slow.answered == 1);
+    // Answered calls are timed, failed ones not.
+    CHECK(echo.latency.count() == 1);
+    CHECK(shaped.latency.count() == 0);
+    CHECK(fails.latency.count() == 0);
+    REQUIRE(slow.latency.count() == 1);
+    CHECK(slow.latency.max_ns() >= 50e6);
+    CHECK(slow.latency.max_ns() < 5e9);
+    CHECK(echo.latency.max_ns() < slow.latency.max_ns());
 
     // The client counted the same calls from its side, the one refused
-    // before sending (over max_request) included: 7 made, 1 answered, 2
+    // before sending (over max_request) included: 8 made, 2 answered, 2
     // unknown methods, 2 handler failures, 2 too large.
     rpc::client_metrics cm = c.metrics();
-    CHECK(cm.calls == 7);
-    CHECK(cm.answered == 1);
+    CHECK(cm.calls == 8);
+    CHECK(cm.answered == 2);
+    REQUIRE(cm.latency.count() == 2);
+    CHECK(cm.latency.max_ns() >= 50e6);  // the slow call, end to end
+    CHECK(cm.latency.quantile_ns(0.5) < 50e6);  // the echo
     CHECK(cm.errors[static_cast<int>(rpc::rpc_errc::unknown_method)] == 2);
     CHECK(cm.errors[static_cast<int>(rpc::rpc_errc::handler_failed)] == 2);
     CHECK(cm.errors[static_cast<int>(rpc::rpc_errc::too_large)] == 2);

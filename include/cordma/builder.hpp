@@ -386,6 +386,10 @@ public:
     /// and the totals of those closed. Any thread. Empty before the first
     /// connection or listen (opens nothing).
     metrics_snapshot metrics() const;
+    /// Starts the latency histograms of metrics() afresh
+    /// (event_listener::reset_latency): what completes from now on. Any
+    /// thread; nothing to do before the first connection or listen.
+    void reset_latency();
     /// This builder's connections' pending operations, the `limit` oldest
     /// first (stuck_report.hpp; event_listener::stuck). Any thread but the
     /// event listener's, which answers within `wait` or is named busy.

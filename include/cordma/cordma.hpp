@@ -15,6 +15,7 @@
 #include <cordma/connection.hpp>
 #include <cordma/device.hpp>
 #include <cordma/device_counters.hpp>
+#include <cordma/latency_histogram.hpp>
 #include <cordma/metrics.hpp>
 #include <cordma/metrics_endpoint.hpp>
 #include <cordma/stuck_report.hpp>

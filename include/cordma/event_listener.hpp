@@ -153,6 +153,11 @@ public:
     /// counted, read now (metrics.hpp). Any thread; takes a lock that only
     /// connections opening, breaking and closing also take.
     CORDMA_API metrics_snapshot metrics() const;
+    /// Starts its latency histograms (metrics_snapshot::latency) afresh:
+    /// snapshots from now on count what completes from now on (and so
+    /// does its part of process_metrics). Any thread; counters are not
+    /// reset.
+    CORDMA_API void reset_latency();
     /// Its connections' pending operations, the `limit` oldest first
     /// (stuck_report.hpp), read on its own thread: from another, waits at
     /// most `wait` for it (a thread that does not answer is named in
@@ -262,6 +267,9 @@ private:
     // per turn of the loop: what pending operations are stamped with
     // (stuck_report.hpp). Written and read on the loop's thread only.
     std::uint64_t turn_ms_ = 0;
+    // The tick clock (lib/core/tick_clock.hpp), read with turn_ms_: where
+    // operations' latencies start and end.
+    std::uint64_t turn_tick_ = 0;
     void start_turn() noexcept;
     // Event mode: a CQ still had completions when a wakeup's drain budget
     // ran out; run_loop drains on after a look at io_uring, not a sleep.

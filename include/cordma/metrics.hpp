@@ -25,6 +25,7 @@
 #include <vector>
 
 #include <cordma/export.hpp>
+#include <cordma/latency_histogram.hpp>
 
 namespace cordma {
 
@@ -162,7 +163,19 @@ struct CORDMA_API metrics_snapshot {
     /// Queue pairs whose connection ended, by disconnect_cause (each
     /// counted once, when it first broke; live and gone ones alike).
     std::array<std::uint64_t, disconnect_causes> disconnects{};
+    /// How long operations took, by operation_kind: from the turn of the
+    /// event listener's loop that started one (posted it, or queued it for
+    /// a send-queue entry) to the turn that saw it complete, for those that
+    /// succeeded; so within a turn's length of the time the caller awaited
+    /// it. Receives are not timed (they wait for the peer to send: their
+    /// histogram stays empty). Every connection the listener served, gone
+    /// ones included, since it started or its last reset_latency().
+    std::array<latency_histogram, operation_kinds> latency{};
 
+    /// The latency histogram of one kind.
+    const latency_histogram& latency_of(operation_kind kind) const noexcept {
+        return latency[static_cast<std::size_t>(kind)];
+    }
     /// closed plus every live connection's.
     connection_counters total() const;
     /// The live connections' counters summed by peer host (the address

@@ -83,6 +83,7 @@
 
 #include <cordma/connection.hpp>
 #include <cordma/export.hpp>
+#include <cordma/latency_histogram.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/task.hpp>
 
@@ -235,6 +236,11 @@ struct method_metrics {
     /// max_response), protocol (a request that could not be read: its
     /// client's connection broke). They add up to `failed`.
     std::array<std::uint64_t, 8> errors{};
+    /// How long its calls answered with a response took here: from the
+    /// server loop's turn that received the request to the one that saw
+    /// the answer's send complete (a large request's read, the handler, and
+    /// the answer, or its rendezvous notice, reaching the client's device).
+    latency_histogram latency;
     /// Calls received and not yet answered (their handlers run).
     std::uint64_t in_flight() const noexcept { return calls - answered - failed - abandoned; }
 };
@@ -347,6 +353,10 @@ struct client_metrics {
     /// Calls that ended with an error, by rpc_errc's value (index 1:
     /// unknown_method ... 7: server_gone), what the call threw.
     std::array<std::uint64_t, 8> errors{};
+    /// How long its calls answered with a response took: from the turn of
+    /// the client's event listener loop that started the call (a wait for
+    /// a credit included) to the one that took the answer.
+    latency_histogram latency;
     /// The errors summed.
     std::uint64_t failed() const noexcept {
         std::uint64_t n = 0;

@@ -45,6 +45,15 @@ metrics_snapshot builder::metrics() const {
     }
     return rt ? rt->event_listener->metrics() : metrics_snapshot{};
 }
+void builder::reset_latency() {
+    std::shared_ptr<detail::runtime> rt;
+    {
+        std::lock_guard lock(shared_->mutex);
+        rt = shared_->rt;
+    }
+    if (rt)
+        rt->event_listener->reset_latency();
+}
 stuck_report builder::stuck(std::size_t limit, std::chrono::milliseconds wait) const {
     std::shared_ptr<detail::runtime> rt;
     {

@@ -102,6 +102,8 @@ void connection_state::complete(work_slot* slot, const ibv_wc& wc) noexcept {
             counts.completed.add();
             if (slot->receive)
                 counts.bytes.add(wc.byte_len);
+            else
+                latency_[static_cast<std::size_t>(op->kind)].record(*turn_tick_ - slot->posted_tick);
         }
     }
     for (std::size_t i = 0; i < slot->buffer_count; ++i)

@@ -149,6 +149,7 @@ void connection_state::post(operation_base* op, work_slot* slot) {
         counts.posted.add();
         counts.bytes.add(bytes);
         slot->posted_ms = *turn_ms_;
+        slot->posted_tick = op->queued_tick != 0 ? op->queued_tick : *turn_tick_;
         if (event_listener_access::in_drain_pass(*event_listener_)) {
             // Batched doorbell: chained, posted when the pass ends. Only
             // every signal_every_-th request (and the chain's last, see
@@ -299,6 +300,7 @@ void connection_state::enqueue(operation_base* op) noexcept {
     (receive ? tally_.recv_waits : tally_.send_waits).add();
     op->waiting = true;
     op->waiting_since_ms = *turn_ms_;
+    op->queued_tick = *turn_tick_;
     op->next_waiting = nullptr;
     op->prev_waiting = tail;
     (tail ? tail->next_waiting : head) = op;

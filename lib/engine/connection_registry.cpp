@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/tick_clock.hpp"
 #include "engine/connection_state.hpp"
 
 namespace cordma::detail {
@@ -46,7 +47,21 @@ metrics_snapshot connection_registry::snapshot() const {
     m.disconnects = disconnects_;
     m.opened = opened_;
     m.gone = gone_;
+    double ns_per_tick = tick_clock::ns_per_tick();
+    for (std::size_t k = 0; k < operation_kinds; ++k) {
+        m.latency[k] = latency_[k].read(ns_per_tick);
+        if (latency_base_)
+            m.latency[k] -= (*latency_base_)[k];
+    }
     return m;
+}
+
+void connection_registry::reset_latency() {
+    std::lock_guard lock(mutex_);
+    if (!latency_base_)
+        latency_base_ = std::make_unique<std::array<latency_histogram, operation_kinds>>();
+    for (std::size_t k = 0; k < operation_kinds; ++k)
+        (*latency_base_)[k] = latency_[k].read(1.0);
 }
 
 void connection_registry::collect_pending(std::uint64_t now_ms, std::vector<pending_operation>& out) const {

@@ -5,13 +5,16 @@
 /// only then, when a connection breaks, and by a snapshot: never per
 /// operation.
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include <cordma/metrics.hpp>
 #include <cordma/stuck_report.hpp>
+#include "engine/latency_recorder.hpp"
 
 namespace cordma::detail {
 
@@ -31,6 +34,11 @@ public:
     /// are its own; the lock keeps a connection being destroyed on another
     /// thread from going meanwhile).
     void collect_pending(std::uint64_t now_ms, std::vector<pending_operation>& out) const;
+    /// The latency of each operation kind, recorded by every connection
+    /// of the listener (its loop's thread).
+    latency_recorder& latency(operation_kind kind) noexcept { return latency_[static_cast<std::size_t>(kind)]; }
+    /// Snapshots from now on show the latencies recorded from now on.
+    void reset_latency();
 
 private:
     struct entry {
@@ -45,6 +53,10 @@ private:
     std::uint64_t opened_ = 0;
     std::uint64_t gone_ = 0;
     std::array<std::uint64_t, disconnect_causes> disconnects_{};
+    std::array<latency_recorder, operation_kinds> latency_;
+    // What the histograms held at the last reset_latency (made by the
+    // first): taken out of every snapshot.
+    std::unique_ptr<std::array<latency_histogram, operation_kinds>> latency_base_;
 };
 
 }  // namespace cordma::detail

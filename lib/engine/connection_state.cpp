@@ -32,6 +32,8 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, s
       results_pool_(results_pool), role_(role) {
     event_listener_access::connections(*event_listener_).add(this);
     turn_ms_ = event_listener_access::turn_ms(*event_listener_);
+    turn_tick_ = event_listener_access::turn_tick(*event_listener_);
+    latency_ = &event_listener_access::connections(*event_listener_).latency(operation_kind::send);
     check_atomic_results_ = event_listener_->device()->attributes().vendor_id == rxe_vendor_id;
     bell_.ring = &connection_state::on_ring;
     bell_.self = this;

@@ -20,6 +20,7 @@
 #include <cordma/task.hpp>
 #include <cordma/detail/operation.hpp>
 #include "engine/connection_tally.hpp"
+#include "engine/latency_recorder.hpp"
 #include "engine/transport.hpp"
 #include "engine/slot_array.hpp"
 #include "engine/work_slot.hpp"
@@ -202,6 +203,11 @@ private:
     // The loop's turn time (event_listener_access::turn_ms): stamped on
     // each posted slot and each waiting operation.
     const std::uint64_t* turn_ms_ = nullptr;
+    // The loop's turn ticks (event_listener_access::turn_tick) and the
+    // listener's latency histogram per kind (connection_registry::latency):
+    // a posted slot is stamped, its completion recorded.
+    const std::uint64_t* turn_tick_ = nullptr;
+    latency_recorder* latency_ = nullptr;
     std::shared_ptr<queue_pair> qp_;
     std::shared_ptr<detail::transport> transport_;
     std::string peer_;

@@ -17,6 +17,13 @@ public:
         value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 #endif
     }
+    /// Keeps the larger of the count and `v` (a maximum).
+    void raise_to([[maybe_unused]] std::uint64_t v) noexcept {
+#ifndef CORDMA_METRICS_OFF
+        if (v > value_.load(std::memory_order_relaxed))
+            value_.store(v, std::memory_order_relaxed);
+#endif
+    }
     std::uint64_t get() const noexcept { return value_.load(std::memory_order_relaxed); }
 
 private:

@@ -199,6 +199,8 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
 
 metrics_snapshot event_listener::metrics() const { return connections_->snapshot(); }
 
+void event_listener::reset_latency() { connections_->reset_latency(); }
+
 event_listener::~event_listener() {
     detail::delist(this);
     // Timers still pending when the thread stopped never fire.

@@ -39,6 +39,9 @@ public:
     /// The loop's turn time (coarse, ms): what pending operations are
     /// stamped with. Loop thread.
     static const std::uint64_t* turn_ms(const event_listener& l) noexcept { return &l.turn_ms_; }
+    /// The loop's turn time in ticks (lib/core/tick_clock.hpp): where
+    /// latencies start and end. Loop thread.
+    static const std::uint64_t* turn_tick(const event_listener& l) noexcept { return &l.turn_tick_; }
 };
 
 }  // namespace cordma::detail

@@ -10,6 +10,7 @@
 #include <chrono>
 
 #include "core/coarse_clock.hpp"
+#include "core/tick_clock.hpp"
 
 namespace cordma {
 
@@ -74,6 +75,11 @@ void event_listener::drain_backlog() {
 
 bool event_listener::drain(completion_queue& cq) {
     int n = cq.poll(wcs_);
+    // Each batch found is a turn of its own: a request posted while the
+    // last batch was handled may have completed already (rxe completes a
+    // loopback request inside its post), and its latency must not read 0.
+    if (n > 0)
+        start_turn();
     draining_ = true;
     for (int i = 0; i < n; ++i) {
         auto* target = detail::completion_target::from_wr_id(wcs_[i].wr_id);
@@ -91,8 +97,7 @@ bool event_listener::drain_all() {
         int n = cq->poll(wcs_);
         if (n == 0)
             continue;
-        if (!any)
-            start_turn();
+        start_turn();  // each batch a turn (drain says why)
         draining_ = true;
         for (int k = 0; k < n; ++k) {
             auto* target = detail::completion_target::from_wr_id(wcs_[k].wr_id);
@@ -127,6 +132,9 @@ void event_listener::start_turn() noexcept {
     // A few nanoseconds: the coarse clock reads the vDSO's last tick, not
     // the clock source (1.7 us a read on an emulated guest's HPET).
     turn_ms_ = detail::coarse_clock::now_ms();
+#ifndef CORDMA_METRICS_OFF
+    turn_tick_ = detail::tick_clock::now();
+#endif
 }
 
 unsigned event_listener::reap_uring() {

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/latency_rendering.hpp"
 #include "engine/process_metrics.hpp"
 
 namespace cordma {
@@ -84,6 +85,17 @@ std::string to_json(const metrics_snapshot& snapshot) {
     out += "\"disconnects\": {";
     for (std::size_t i = 0; i < disconnect_causes; ++i)
         number(out, name(static_cast<disconnect_cause>(i)), snapshot.disconnects[i], i + 1 < disconnect_causes);
+    out += "}, \"latency\": {";
+    bool first_kind = true;
+    for (std::size_t k = 0; k < operation_kinds; ++k) {
+        if (static_cast<operation_kind>(k) == operation_kind::recv)
+            continue;
+        out += first_kind ? "" : ", ";
+        first_kind = false;
+        quoted(out, name(static_cast<operation_kind>(k)));
+        out += ": ";
+        detail::latency_json(out, snapshot.latency[k]);
+    }
     out += "}, \"total\": ";
     counters(out, snapshot.total());
     out += ", \"closed\": ";

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/latency_rendering.hpp"
 #include "engine/process_metrics.hpp"
 
 namespace cordma {
@@ -139,6 +140,15 @@ std::string to_prometheus(const metrics_snapshot& snapshot, const prometheus_opt
 
     connection_counters total = snapshot.total();
     render(out, "", "All queue pairs, closed ones included.", {scope{"", &total}});
+    std::vector<detail::labelled_histogram> latencies;
+    for (std::size_t k = 0; k < operation_kinds; ++k)
+        if (static_cast<operation_kind>(k) != operation_kind::recv)
+            latencies.emplace_back(std::string("kind=\"") + name(static_cast<operation_kind>(k)) + "\"",
+                                   &snapshot.latency[k]);
+    detail::prometheus_summary(out, "cordma_operation_latency_seconds",
+                               "How long operations took, from the loop turn that started one to the one that saw "
+                               "it complete, by kind (successful ones; receives are not timed).",
+                               latencies);
     if (options.peer_hosts) {
         auto hosts = snapshot.by_peer_host();
         std::vector<scope> scopes;

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/tick_clock.hpp"
 #include "engine/connection_registry.hpp"
 #include "engine/event_listener_access.hpp"
 
@@ -23,6 +24,7 @@ struct process_list {
     std::uint64_t opened = 0;
     std::uint64_t gone = 0;
     std::array<std::uint64_t, disconnect_causes> disconnects{};
+    std::array<latency_histogram, operation_kinds> latency{};
     std::vector<metrics_section> sections;
 };
 
@@ -72,6 +74,8 @@ void delist(event_listener* listener) noexcept {
     p.gone += last.opened;
     for (std::size_t i = 0; i < disconnect_causes; ++i)
         p.disconnects[i] += last.disconnects[i];
+    for (std::size_t k = 0; k < operation_kinds; ++k)
+        p.latency[k] += last.latency[k];
 }
 
 void add_metrics_section(metrics_section section) {
@@ -124,6 +128,7 @@ metrics_snapshot process_metrics() {
     out.opened = p.opened;
     out.gone = p.gone;
     out.disconnects = p.disconnects;
+    out.latency = p.latency;
     for (event_listener* l : p.live) {
         metrics_snapshot one = detail::connections_of(l).snapshot();
         for (connection_metrics& c : one.connections)
@@ -133,7 +138,11 @@ metrics_snapshot process_metrics() {
         out.gone += one.gone;
         for (std::size_t i = 0; i < disconnect_causes; ++i)
             out.disconnects[i] += one.disconnects[i];
+        for (std::size_t k = 0; k < operation_kinds; ++k)
+            out.latency[k] += one.latency[k];
     }
+    for (latency_histogram& h : out.latency)
+        h.ns_per_tick = detail::tick_clock::ns_per_tick();
     return out;
 }
 

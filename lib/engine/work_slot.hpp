@@ -41,6 +41,9 @@ struct work_slot : completion_target {
     /// The loop turn's time (coarse, ms) when its operation was posted: its
     /// age in a stuck report.
     std::uint64_t posted_ms = 0;
+    /// The loop turn's ticks when its operation began (posted, or queued
+    /// for this slot): the start of its latency (latency_histogram.hpp).
+    std::uint64_t posted_tick = 0;
     /// The buffers of an orphaned operation (or a receive_queue's, or a
     /// kept message's), alive until the completion arrives or the message
     /// is taken. Empty while the operation itself holds them.

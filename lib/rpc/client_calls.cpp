@@ -24,6 +24,7 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
         co_await event_listener_->schedule();
     c.id = take_id();
     c.method = method;
+    c.began_tick = *turn_tick_;
     tally_.calls.add();
     if (broken_) {
         tally_.error(broken_->first);

@@ -12,6 +12,7 @@
 #include <cordma/error.hpp>
 #include <cordma/task_group.hpp>
 
+#include "engine/event_listener_access.hpp"
 #include "engine/receive_refill.hpp"
 
 namespace cordma::rpc::detail {
@@ -29,6 +30,7 @@ client_state::client_state(builder b, client_options options, cordma::connection
       server_max_request_(hello.addr),
       liveness_word_{hello.id, 8, hello.rkey, access_flags::remote_read} {
     liveness_local_ = builder_.pool()->allocate(8);
+    turn_tick_ = cordma::detail::event_listener_access::turn_tick(*event_listener_);
     // Spare nodes for as many calls as the server lets run at once, and as
     // many waiting for a credit; beyond that a call may allocate its node.
     spare_nodes_.reserve(2 * std::size_t(std::max<std::uint32_t>(credits_, 16)));
@@ -230,10 +232,12 @@ void client_state::finish(pending_call& c, std::optional<rpc_errc> error, std::s
     if (c.finished)
         return;
     c.finished = true;
-    if (error)
+    if (error) {
         tally_.error(*error);
-    else
+    } else {
         tally_.answered.add();
+        tally_.latency.record(*turn_tick_ - c.began_tick);
+    }
     c.error = error;
     c.message = std::move(message);
     forget(c);

@@ -58,6 +58,7 @@ struct pending_call {
     local_mr registration;  // a large request, for the server to read
     coarse_clock::time_point deadline;
     std::chrono::milliseconds limit{0};
+    std::uint64_t began_tick = 0;  // the loop turn's ticks at its start (its latency)
 };
 
 struct wait_for {
@@ -144,6 +145,9 @@ private:
     client_tally tally_;  // calls, answers and errors (client::metrics)
     std::string peer_;
     std::shared_ptr<cordma::event_listener> event_listener_;
+    // Its loop's turn ticks (event_listener_access::turn_tick): calls'
+    // latencies start and end there.
+    const std::uint64_t* turn_tick_ = nullptr;
     std::optional<receive_queue> receives_;
     // Small until the server asks for room, small again when it says so
     // (null when the eager size is small anyway).

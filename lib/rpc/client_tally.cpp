@@ -1,6 +1,7 @@
 // client_tally.hpp: the counts, and the process's list of them.
 #include "rpc/client_tally.hpp"
 
+#include "core/tick_clock.hpp"
 #include "rpc/server_metrics_view.hpp"
 
 #include <algorithm>
@@ -28,6 +29,7 @@ void add(client_metrics& to, const client_metrics& m) {
     to.answered += m.answered;
     for (std::size_t i = 0; i < to.errors.size(); ++i)
         to.errors[i] += m.errors[i];
+    to.latency += m.latency;
 }
 
 }  // namespace
@@ -58,6 +60,7 @@ client_metrics client_tally::read() const noexcept {
     for (std::size_t i = 0; i < errors.size(); ++i)
         m.errors[i] = errors[i].get();
     m.calls = calls.get();
+    m.latency = latency.read(cordma::detail::tick_clock::ns_per_tick());
     return m;
 }
 
@@ -67,6 +70,7 @@ client_metrics client_tally::process_total() {
     client_metrics total = l.closed;
     for (const client_tally* t : l.live)
         add(total, t->read());
+    total.latency.ns_per_tick = cordma::detail::tick_clock::ns_per_tick();
     return total;
 }
 

@@ -8,6 +8,7 @@
 #include <cordma/rpc.hpp>
 
 #include "engine/counter.hpp"
+#include "engine/latency_recorder.hpp"
 
 namespace cordma::rpc::detail {
 
@@ -23,6 +24,8 @@ public:
     cordma::detail::counter calls, answered;
     std::array<cordma::detail::counter, 8> errors;  // by rpc_errc's value
     void error(rpc_errc e) noexcept { errors[static_cast<std::size_t>(e) & 7].add(); }
+    /// Answered calls, from their start to their answer (loop ticks).
+    cordma::detail::latency_recorder latency;
 
     client_metrics read() const noexcept;
     /// Every live client's and every gone one's, summed.

@@ -102,6 +102,7 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     // Counted here and where the call ends, on the event listener thread
     // (server::metrics).
     handler_entry::tally* counts = entry != nullptr ? entry->counts.get() : nullptr;
+    std::uint64_t began_tick = *turn_tick_;
     if (counts != nullptr)
         counts->calls.add();
     else
@@ -257,6 +258,11 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         co_await send_buffer(s, out, std::move(reply), reply_size);
     else
         co_await send_frame(s, out, inline_bytes);
+    // Timed to the answer's send completing (the client's device has it): a
+    // handler that answers in the turn its request arrived still takes a
+    // round trip, not 0.
+    if (counts != nullptr && status == 0 && !s->gone && !s->conn.is_broken())
+        counts->latency.record(*turn_tick_ - began_tick);
     answered(*s);
 }
 

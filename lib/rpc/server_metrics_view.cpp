@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/tick_clock.hpp"
+#include "engine/latency_rendering.hpp"
 #include "engine/process_metrics.hpp"
 #include "rpc/client_tally.hpp"
 
@@ -74,6 +76,10 @@ void clients_prometheus(std::string& out) {
     for (std::size_t e = 1; e < c.errors.size(); ++e)
         out += std::string("cordma_rpc_client_errors_total{error=\"") + error_names[e] + "\"} " +
                std::to_string(c.errors[e]) + "\n";
+    cordma::detail::prometheus_summary(out, "cordma_rpc_client_latency_seconds",
+                                       "How long this process's clients' answered rpc calls took, from the call to "
+                                       "its answer.",
+                                       {{"", &c.latency}});
 }
 
 void prometheus(std::string& out) {
@@ -103,6 +109,16 @@ void prometheus(std::string& out) {
                     out += "cordma_rpc_errors_total{server=\"" + std::to_string(number) + "\",method=\"" +
                            cordma::detail::prometheus_label(mm.name) + "\",error=\"" + error_names[e] + "\"} " +
                            std::to_string(mm.errors[e]) + "\n";
+    std::vector<cordma::detail::labelled_histogram> latencies;
+    for (const auto& [number, m] : read)
+        for (const method_metrics& mm : m.methods)
+            latencies.emplace_back("server=\"" + std::to_string(number) + "\",method=\"" +
+                                       cordma::detail::prometheus_label(mm.name) + "\"",
+                                   &mm.latency);
+    cordma::detail::prometheus_summary(out, "cordma_rpc_latency_seconds",
+                                       "How long answered rpc calls took in the server, from the loop turn that "
+                                       "received the request to the one that sent the answer, by server and method.",
+                                       latencies);
     out += "# HELP cordma_rpc_unknown_method_total rpc calls to a method without a handler, by server.\n"
            "# TYPE cordma_rpc_unknown_method_total counter\n";
     for (const auto& [number, m] : read)
@@ -131,7 +147,9 @@ void json(std::string& out) {
             out += ",\"in_flight\":" + std::to_string(mm.in_flight()) + ",\"errors\":{";
             for (std::size_t e = 1; e < mm.errors.size(); ++e)
                 out += std::string(e == 1 ? "" : ",") + "\"" + error_names[e] + "\":" + std::to_string(mm.errors[e]);
-            out += "}}";
+            out += "},\"latency\":";
+            cordma::detail::latency_json(out, mm.latency);
+            out += "}";
         }
         out += "]}";
     }
@@ -141,7 +159,9 @@ void json(std::string& out) {
            ",\"errors\":{";
     for (std::size_t e = 1; e < c.errors.size(); ++e)
         out += std::string(e == 1 ? "" : ",") + "\"" + error_names[e] + "\":" + std::to_string(c.errors[e]);
-    out += "}}";
+    out += "},\"latency\":";
+    cordma::detail::latency_json(out, c.latency);
+    out += "}";
 }
 
 }  // namespace
@@ -173,6 +193,7 @@ void server_metrics_view::add(std::uint32_t method, bool any, const std::string&
 
 server_metrics server_metrics_view::read() const {
     server_metrics out;
+    double ns_per_tick = cordma::detail::tick_clock::ns_per_tick();
     std::lock_guard lock(mutex_);
     out.methods.reserve(entries_.size());
     for (const entry& e : entries_) {
@@ -188,6 +209,7 @@ server_metrics server_metrics_view::read() const {
         for (std::size_t i = 0; i < m.errors.size(); ++i)
             m.errors[i] = e.counts->errors[i].get();
         m.calls = e.counts->calls.get();
+        m.latency = e.counts->latency.read(ns_per_tick);
         out.methods.push_back(std::move(m));
     }
     out.unknown_method = unknown.get();

@@ -16,6 +16,7 @@
 #include <cordma/rpc.hpp>
 
 #include "engine/counter.hpp"
+#include "engine/latency_recorder.hpp"
 
 namespace cordma::rpc::detail {
 
@@ -23,6 +24,7 @@ namespace cordma::rpc::detail {
 struct method_tally {
     cordma::detail::counter calls, answered, failed, abandoned;
     std::array<cordma::detail::counter, 8> errors;  // the failed, by rpc_errc's value
+    cordma::detail::latency_recorder latency;       // the answered, from request to answer (loop ticks)
     /// A failed call, for `why` (event listener thread).
     void fail(rpc_errc why) noexcept {
         failed.add();

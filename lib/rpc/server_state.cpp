@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "connect/qp_settings.hpp"
+#include "engine/event_listener_access.hpp"
 
 namespace cordma::rpc::detail {
 
@@ -32,6 +33,7 @@ void check_options(const server_options& o) {
 server_state::server_state(builder& b, server_options options)
     : builder_(b), options_(std::move(options)), event_listener_(b.event_listener()), pd_(b.pd()), buffers_(b.pool()) {
     check_options(options_);
+    turn_tick_ = cordma::detail::event_listener_access::turn_tick(*event_listener_);
     bool srq = options_.shared_receives && cordma::shared_receive_queue::supported(b);
     if (options_.shared_receives && !srq)
         cordma::detail::logf(log_level::warning,

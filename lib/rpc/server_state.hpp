@@ -170,6 +170,9 @@ private:
     builder builder_;
     server_options options_;
     std::shared_ptr<cordma::event_listener> event_listener_;
+    // Its loop's turn ticks (event_listener_access::turn_tick): where a
+    // call's latency starts and ends (method_tally::latency).
+    const std::uint64_t* turn_tick_ = nullptr;
     std::shared_ptr<protection_domain> pd_;
     cordma::shared_receive_queue srq_;
     std::unique_ptr<std::byte[]> heartbeat_memory_;

@@ -73,6 +73,30 @@ std::map<qp_key, double> per_qp(const reading& r, const std::string& name) {
     return out;
 }
 
+// A latency sample (seconds) in microseconds, 9 wide: a summary's
+// quantile `q` (or, with q empty, a gauge) of the series matching `match`;
+// "-" when there is none yet (NaN: nothing timed).
+std::string micros(const reading& r, const std::string& name, std::map<std::string, std::string> match,
+                   const std::string& q) {
+    if (!q.empty())
+        match["quantile"] = q;
+    for (const sample& s : r.samples) {
+        if (s.name != name)
+            continue;
+        bool ok = true;
+        for (const auto& [k, v] : match) {
+            auto it = s.labels.find(k);
+            ok = ok && it != s.labels.end() && it->second == v;
+        }
+        if (!ok || s.value != s.value)
+            continue;
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%9.1f", s.value * 1e6);
+        return buf;
+    }
+    return "        -";
+}
+
 }  // namespace
 
 reading read(const std::string& address, std::size_t stuck) {
@@ -106,8 +130,8 @@ std::string render(const reading& before, const reading& now, const view_options
 
     // By operation kind.
     out += "\n";
-    out += line("%-15s %10s %10s %9s %10s %12s %9s", "operation", "posted/s", "done/s", "failed/s", "MB/s", "done",
-                "failed");
+    out += line("%-15s %10s %10s %9s %10s %12s %9s %9s %9s %9s", "operation", "posted/s", "done/s", "failed/s", "MB/s",
+                "done", "failed", "p50 us", "p99 us", "max us");
     sums posted0 = by(before, "cordma_operations_posted_total", "kind");
     sums posted1 = by(now, "cordma_operations_posted_total", "kind");
     sums done0 = by(before, "cordma_operations_completed_total", "kind");
@@ -121,9 +145,12 @@ std::string render(const reading& before, const reading& now, const view_options
         if (posted1[k] == 0 && failed1[k] == 0)
             continue;
         any = true;
-        out += line("%-15s %10.0f %10.0f %9.0f %10.2f %12.0f %9.0f", k, rate(posted0[k], posted1[k]),
+        std::map<std::string, std::string> kind{{"kind", k}};
+        out += line("%-15s %10.0f %10.0f %9.0f %10.2f %12.0f %9.0f %s %s %s", k, rate(posted0[k], posted1[k]),
                     rate(done0[k], done1[k]), rate(failed0[k], failed1[k]), rate(bytes0[k], bytes1[k]) / 1e6,
-                    done1[k], failed1[k]);
+                    done1[k], failed1[k], micros(now, "cordma_operation_latency_seconds", kind, "0.5").c_str(),
+                    micros(now, "cordma_operation_latency_seconds", kind, "0.99").c_str(),
+                    micros(now, "cordma_operation_latency_max_seconds", kind, "").c_str());
     }
     if (!any)
         out += "(no operation posted yet)\n";
@@ -166,14 +193,16 @@ std::string render(const reading& before, const reading& now, const view_options
             calls1[{s.labels.at("server"), s.labels.at("method")}] = s.value;
     if (!calls1.empty()) {
         out += "\n";
-        out += line("%-6s %-18s %10s %12s %12s %9s %9s %9s", "server", "rpc method", "calls/s", "calls", "answered",
-                    "failed", "abandoned", "in flight");
+        out += line("%-6s %-18s %10s %12s %12s %9s %9s %9s %9s %9s", "server", "rpc method", "calls/s", "calls",
+                    "answered", "failed", "abandoned", "in flight", "p50 us", "p99 us");
         for (const auto& [key, calls] : calls1) {
             std::map<std::string, std::string> m{{"server", key.first}, {"method", key.second}};
-            out += line("%-6s %-18s %10.0f %12.0f %12.0f %9.0f %9.0f %9.0f", key.first.c_str(), key.second.c_str(),
-                        rate(calls0[key], calls), calls, one(now, "cordma_rpc_answered_total", m),
+            out += line("%-6s %-18s %10.0f %12.0f %12.0f %9.0f %9.0f %9.0f %s %s", key.first.c_str(),
+                        key.second.c_str(), rate(calls0[key], calls), calls, one(now, "cordma_rpc_answered_total", m),
                         one(now, "cordma_rpc_failed_total", m), one(now, "cordma_rpc_abandoned_total", m),
-                        one(now, "cordma_rpc_in_flight", m));
+                        one(now, "cordma_rpc_in_flight", m),
+                        micros(now, "cordma_rpc_latency_seconds", m, "0.5").c_str(),
+                        micros(now, "cordma_rpc_latency_seconds", m, "0.99").c_str());
         }
         for (const auto& [server, n] : by(now, "cordma_rpc_unknown_method_total", "server"))
             if (n != 0)

@@ -63,6 +63,9 @@ struct CORDMA_API operation_base {
     // When it began to wait for a queue entry (the loop turn's coarse
     // clock, ms): its age in a stuck report.
     std::uint64_t waiting_since_ms = 0;
+    // When it began to wait for a queue entry, in the loop turn's ticks
+    // (0 if it never waited): where its latency starts.
+    std::uint64_t queued_tick = 0;
 
     // Outcome.
     bool done = false;
