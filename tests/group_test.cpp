@@ -184,6 +184,24 @@ TEST_CASE("a group forms and every collective moves the right bytes", "[group]")
                     throw std::runtime_error("rank " + std::to_string(g.rank()) + " of " + std::to_string(g.size()));
                 std::vector<std::string> problems;
                 sync_wait(every_collective(g, s.block, &problems));
+                // Each kind counted exactly as every_collective calls it,
+                // every completed one timed (one that needs no wait, a
+                // gather's sender, may take 0: it ends in the turn it began).
+                std::uint64_t n = static_cast<std::uint64_t>(s.ranks);
+                const std::uint64_t expected[8] = {2, n, 2, 1, 1, 1, 1, 2};
+                const char* kinds[8] = {"barrier", "broadcast", "all_to_all", "all_gather",
+                                        "gather",  "scatter",   "reduce",     "all_reduce"};
+                group_metrics m = g.metrics();
+                for (std::size_t k = 0; k < 8; ++k) {
+                    const collective_metrics& c = m.collectives[k];
+                    if (std::string(c.kind) != kinds[k] || c.calls != expected[k] || c.completed != expected[k] ||
+                        c.failed != 0 || c.latency.count() != expected[k])
+                        problems.push_back(std::string("metrics of ") + c.kind + ": " + std::to_string(c.calls) +
+                                           " calls, " + std::to_string(c.completed) + " completed, " +
+                                           std::to_string(c.failed) + " failed, " +
+                                           std::to_string(c.latency.count()) + " timed; expected " +
+                                           std::to_string(expected[k]) + " " + kinds[k]);
+                }
                 sync_wait(g.close());
                 if (!problems.empty())
                     throw std::runtime_error(problems.front());
@@ -323,6 +341,19 @@ TEST_CASE("mismatched collectives are reported on the ranks that see them, not c
             } catch (const group_error& again) {
                 if (std::string(again.what()) != e.what())
                     throw std::runtime_error("a later call says something else: " + std::string(again.what()));
+                // Counted: the failed call (the broadcast, or the barrier
+                // after it) and the refused barrier as failed.
+                group_metrics m = g.metrics();
+                std::uint64_t calls = 0, failed = 0, completed = 0;
+                for (const collective_metrics& c : m.collectives) {
+                    calls += c.calls;
+                    failed += c.failed;
+                    completed += c.completed;
+                }
+                if (failed != 2 || calls != completed + failed)
+                    throw std::runtime_error("metrics: " + std::to_string(calls) + " calls, " +
+                                             std::to_string(completed) + " completed, " + std::to_string(failed) +
+                                             " failed (2 failed expected)");
                 sync_wait(g.close());
                 throw;
             }

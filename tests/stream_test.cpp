@@ -19,9 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <cordma/builder.hpp>
+#include <cordma/metrics_endpoint.hpp>
 #include <cordma/pending.hpp>
 #include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
@@ -31,6 +34,7 @@
 #define CORDMA_DEFINE_ALLOCATION_COUNTER
 #include "support/allocation_counter.hpp"
 #include "support/deadline.hpp"
+#include "support/http_client.hpp"
 #include "support/peer_process.hpp"
 #include "support/rxe_device.hpp"
 
@@ -408,6 +412,21 @@ TEST_CASE("an idle stream pins a few KiB; its receives grow with traffic and shr
 TEST_CASE("small writes made while the window is full go as one frame per batch", "[stream]") {
     builder b = test_builder();
     stream_listener l = stream::serve(b, any_port());
+    // The process's stream counts (cordma_stream_*), before and after.
+    metrics_endpoint endpoint("unix:@cordma-stream-test-" + std::to_string(getpid()));
+    // (No cordma_stream_* series before the process's first stream: 0.)
+    auto page_value = [&](const std::string& series, bool before = false) {
+        std::string page = test::http_get_ok(endpoint.address(), "/metrics");
+        std::size_t at = page.find("\n" + series + " ");
+        if (before && at == std::string::npos)
+            return 0.0;
+        REQUIRE(at != std::string::npos);
+        return std::stod(page.substr(at + series.size() + 2));
+    };
+    double frames_before = page_value("cordma_stream_frames_sent_total", true);
+    double received_before = page_value("cordma_stream_frames_received_total", true);
+    double stalls_before = page_value("cordma_stream_credit_stalls_total", true);
+    double written_before = page_value("cordma_stream_bytes_written_total", true);
     constexpr std::uint64_t writes = 50'000;
     constexpr std::size_t size = 10;
     auto server = [](stream_listener& l, std::uint64_t* wrong) -> task<stream_statistics> {
@@ -424,9 +443,8 @@ TEST_CASE("small writes made while the window is full go as one frame per batch"
             fill_from(chunk, i * size);
             co_await s.write(std::span<const std::byte>(chunk));
         }
-        stream_statistics sent = s.statistics();
-        co_await s.close();
-        co_return sent;
+        co_await s.close();  // sends the last batch, if one waits
+        co_return s.statistics();
     };
     std::uint64_t wrong = 0;
     auto [read_side, write_side] = sync_wait(when_all(server(l, &wrong), client(b, l.address())));
@@ -438,6 +456,19 @@ TEST_CASE("small writes made while the window is full go as one frame per batch"
     // its first writes and batches the rest, 16 KiB (1,638 writes) a frame.
     WARN(writes << " writes of " << size << " B went as " << write_side.frames_sent << " frames");
     CHECK(write_side.frames_sent < writes / 100);
+    // Every frame sent was taken in, one by one; the reader sent none.
+    CHECK(read_side.frames_received == write_side.frames_sent);
+    CHECK(read_side.frames_sent == 0);
+    CHECK(write_side.frames_received == 0);
+    // The writes that found the batch full waited for the reader's window.
+    CHECK(write_side.credit_stalls >= 1);
+    CHECK(write_side.credit_stalls <= write_side.frames_sent);
+    CHECK(read_side.credit_stalls == 0);
+    // The process's page: exactly these two streams' counts more.
+    CHECK(page_value("cordma_stream_frames_sent_total") - frames_before == write_side.frames_sent);
+    CHECK(page_value("cordma_stream_frames_received_total") - received_before == read_side.frames_received);
+    CHECK(page_value("cordma_stream_credit_stalls_total") - stalls_before == write_side.credit_stalls);
+    CHECK(page_value("cordma_stream_bytes_written_total") - written_before == writes * size);
 }
 
 TEST_CASE("a peer process killed mid-stream fails the reader promptly", "[stream]") {

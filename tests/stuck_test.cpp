@@ -25,14 +25,18 @@
 
 #include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
+#include <cordma/group.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/log.hpp>
 #include <cordma/metrics_endpoint.hpp>
+#include <cordma/rpc.hpp>
+#include <cordma/stream.hpp>
 #include <cordma/stuck_report.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
 
+#include "support/group_ranks.hpp"
 #include "support/http_client.hpp"
 #include "support/peer_process.hpp"
 #include "support/rxe_device.hpp"
@@ -56,6 +60,16 @@ task<bool> fails(connection c, local_mr buffer, bool receive) {
         co_return true;
     }
 }
+
+// Trivially destructible: g++ 12 destroys a braced temporary awaiter twice
+// in some coroutines.
+struct sleep_for {
+    event_listener* listener;
+    std::chrono::milliseconds delay;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) { listener->call_after(delay, [h] { h.resume(); }); }
+    void await_resume() const noexcept {}
+};
 
 // Polls `done` every 10 ms for at most `limit`: whether it became true.
 template <class F>
@@ -162,6 +176,130 @@ TEST_CASE("a stopped peer's 120 waiting operations are named with their stages a
     CHECK(std::count(failed.begin(), failed.end(), true) == 120);
     CHECK(eventually([&] { return b.stuck().pending == 0; }));
     CHECK(to_text(b.stuck()) == "cordma: no operation pending\n");
+}
+
+TEST_CASE("the modules' waits are named: an rpc call, a stream read, a collective", "[stuck]") {
+    builder sb = test::test_builder();
+    builder b = test::test_builder();
+    sb.connect_timeout(30s);
+    b.connect_timeout(30s);
+    // An rpc server whose method 1 answers once told to.
+    rpc::server server(sb);
+    std::atomic<bool> answer{false};
+    auto* el = sb.event_listener().get();
+    server.handle(1, "held", [&answer, el](rpc::request r) -> task<std::vector<std::byte>> {
+        while (!answer.load())
+            co_await sleep_for{el, 20ms};
+        co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
+    });
+    listener l = sb.listen(any_port());
+    std::stop_source stop_serving;
+    std::thread serving([&] { sync_wait(server.serve(l, stop_serving.get_token())); });
+    struct serving_ends {  // on every way out: no thread left joinable
+        std::stop_source& stop;
+        std::thread& thread;
+        ~serving_ends() {
+            stop.request_stop();
+            thread.join();
+        }
+    } serving_guard{stop_serving, serving};
+
+    rpc::client client = sync_wait(rpc::client::connect(b, l.address()));
+    // A stream (its hello is answered by accept: the two run together).
+    stream_listener streams = stream::serve(b, any_port());
+    auto [writer, reader] = sync_wait(when_all(stream::connect(b, streams.address()), streams.accept()));
+    auto hosts = test::host_list(2);
+    auto failures = std::make_shared<std::vector<std::string>>();
+
+    // The waiters, released and joined on every way out, before anything
+    // they use goes.
+    std::stop_source stop_reading;
+    std::atomic<bool> rank1_go{false};
+    std::vector<std::thread> threads;
+    struct release_all {
+        std::atomic<bool>& answer;
+        std::stop_source& stop_reading;
+        std::atomic<bool>& rank1_go;
+        std::vector<std::thread>& threads;
+        ~release_all() {
+            answer = true;
+            stop_reading.request_stop();
+            rank1_go = true;
+            for (std::thread& t : threads)
+                if (t.joinable())
+                    t.join();
+        }
+    } releasing{answer, stop_reading, rank1_go, threads};
+    // An rpc call the server holds.
+    threads.emplace_back([&] { sync_wait(client.call(1, std::vector<std::byte>(100))); });
+    // A stream read with nothing written.
+    threads.emplace_back([&] {
+        std::vector<std::byte> buffer(4096);
+        try {
+            sync_wait(reader.read(buffer, stop_reading.get_token()));
+        } catch (const std::exception&) {
+        }  // stopped below, once seen
+    });
+    // Rank 0 of two in a barrier rank 1 has not called yet.
+    threads.emplace_back([&, failures] {
+        *failures = test::run_ranks(2, [&](int r) {
+            builder rb = test::rank_builder();
+            group_options o = group_options::from_hosts(hosts, r);
+            o.formation_timeout = 30s;
+            o.operation_timeout = 30s;
+            group g = sync_wait(group::form(rb, o));
+            if (r == 1)
+                while (!rank1_go.load())
+                    std::this_thread::sleep_for(10ms);
+            sync_wait(g.barrier());
+            sync_wait(g.close());
+        });
+    });
+
+    // Each named, aged, with its stage, in the process's report.
+    auto has = [](const stuck_report& r, pending_stage stage, const std::string& what) {
+        for (const pending_operation& p : r.oldest)
+            if (p.stage == stage && p.what.find(what) != std::string::npos && p.age >= 200ms)
+                return true;
+        return false;
+    };
+    stuck_report r;
+    bool all_seen = eventually([&] {
+        r = process_stuck(100);
+        return has(r, pending_stage::rpc_call, "rpc call #") && has(r, pending_stage::stream_read, "stream read") &&
+               has(r, pending_stage::collective, "barrier #");
+    }, 20s);
+    std::string text = to_text(r);
+    INFO(text);
+    CHECK(all_seen);
+    CHECK_THAT(text, Catch::Contains(" to method 1, 100 B, to "));
+    CHECK_THAT(text, Catch::Contains(": waiting for its answer"));
+    CHECK_THAT(text, Catch::Contains("stream read, 4,096 B, from "));
+    CHECK_THAT(text, Catch::Contains(": waiting for the peer's data"));
+    CHECK_THAT(text, Catch::Contains(" on rank 0 of 2, to the group's other rank: waiting for the other ranks"));
+    stuck_report modules;  // the three, for a capture (docs/observability.md)
+    for (const pending_operation& p : r.oldest)
+        if (!p.what.empty())
+            modules.oldest.push_back(p);
+    modules.pending = modules.oldest.size();
+    std::printf("%s", to_text(modules).c_str());
+
+    // Once each is answered, none is left.
+    answer = true;
+    stop_reading.request_stop();
+    rank1_go = true;
+    for (std::thread& t : threads)
+        t.join();
+    test::require_none(*failures);
+    CHECK(eventually([&] {
+        stuck_report after = process_stuck(100);
+        for (const pending_operation& p : after.oldest)
+            if (!p.what.empty())
+                return false;
+        return true;
+    }));
+    sync_wait(when_all(writer.close(), reader.close()));
+    sync_wait(client.close());
 }
 
 TEST_CASE("an event listener whose thread is blocked is named busy, not waited for", "[stuck]") {

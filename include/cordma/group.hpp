@@ -57,6 +57,7 @@
 ///
 /// Threads: every call resumes on the builder's event listener thread.
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -70,6 +71,7 @@
 #include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
 #include <cordma/export.hpp>
+#include <cordma/latency_histogram.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/pending.hpp>
 #include <cordma/task.hpp>
@@ -219,6 +221,34 @@ enum class all_to_all_order {
     sequential,
 };
 
+/// One kind of collective on one rank of a group (group::metrics).
+struct collective_metrics {
+    /// "barrier", "broadcast", "all_to_all", "all_gather", "gather",
+    /// "scatter", "reduce" or "all_reduce", as the call is spelled.
+    const char* kind = "";
+    /// Calls made on this rank (refused ones included: another collective
+    /// in progress, the group already failed).
+    std::uint64_t calls = 0;
+    /// Calls that returned.
+    std::uint64_t completed = 0;
+    /// Calls that threw.
+    std::uint64_t failed = 0;
+    /// How long the completed ones took on this rank: from the turn of its
+    /// event listener's loop that started one to the turn that finished it
+    /// (waiting for the slowest rank included).
+    latency_histogram latency;
+};
+
+/// What a group's collectives came to on this rank (group::metrics): exact
+/// counts, kept on the event listener thread and read from any thread.
+/// Every group's are also summed on the process's metrics pages
+/// (metrics_endpoint.hpp: cordma_group_*).
+struct group_metrics {
+    /// By kind: barrier, broadcast, all_to_all, all_gather, gather,
+    /// scatter, reduce, all_reduce.
+    std::array<collective_metrics, 8> collectives;
+};
+
 /// A fully connected mesh of N processes (ranks), with collectives over it
 /// (the contract is at the top of this header): every rank forms it with
 /// the same options, then makes the same collective calls in the same
@@ -253,6 +283,8 @@ public:
     const std::string& endpoint(int r) const;
     /// Registered memory for collectives (from the builder's pool).
     local_mr allocate(std::size_t size) const;
+    /// Its collectives so far, by kind (counts and latency). Any thread.
+    group_metrics metrics() const;
 
     /// Returns once every rank has called it (dissemination: log2 N rounds
     /// of empty messages).

@@ -100,8 +100,8 @@ public:
     std::uint64_t sum_ticks = 0;
     /// The largest, in ticks.
     std::uint64_t max_ticks = 0;
-    /// Nanoseconds a tick lasts (cordma's clock measured against
-    /// CLOCK_MONOTONIC when read; 1 for values recorded in nanoseconds).
+    /// Nanoseconds a tick lasts (cordma's clock measured once against
+    /// CLOCK_MONOTONIC; 1 for values recorded in nanoseconds).
     double ns_per_tick = 1.0;
 };
 

@@ -77,6 +77,8 @@ struct CORDMA_API stream_options {
 class stream_listener;
 
 /// What a stream has carried so far (like TCP_INFO): read from any thread.
+/// Every stream's are also summed on the process's metrics pages
+/// (metrics_endpoint.hpp: cordma_stream_*).
 struct stream_statistics {
     /// Bytes handed to writes that returned.
     std::uint64_t bytes_written = 0;
@@ -86,6 +88,11 @@ struct stream_statistics {
     /// small writes gathered while the window was full) and announced
     /// zero-copy frames. bytes_written / frames_sent is the batching.
     std::uint64_t frames_sent = 0;
+    /// Data frames taken in from the peer (its frames_sent, once read).
+    std::uint64_t frames_received = 0;
+    /// Writes that waited because the reader's window was full (no credit
+    /// or no send slot free): the writer outran the reader.
+    std::uint64_t credit_stalls = 0;
 };
 
 /// A reliable, ordered byte stream over one RDMA connection, used like a

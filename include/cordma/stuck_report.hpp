@@ -40,6 +40,16 @@ enum class pending_stage : std::uint8_t {
     posted,
     /// A receive posted, waiting for the peer's message.
     receive_posted,
+    /// An rpc call (rpc::client) waiting for its answer, or for a credit
+    /// to send its request.
+    rpc_call,
+    /// A group's collective waiting for the other ranks' part.
+    collective,
+    /// A stream read waiting for the peer's data.
+    stream_read,
+    /// A stream write waiting for the reader: room in its window, or its
+    /// read of a large (zero-copy) write.
+    stream_write,
 };
 
 /// "waiting for a send-queue entry", "posted, waiting for its completion", ...
@@ -59,8 +69,14 @@ struct pending_operation {
     pending_stage stage = pending_stage::posted;
     /// How long it has waited (at the coarse clock's resolution).
     std::chrono::milliseconds age{0};
-    /// The bytes it moves (its local buffers; 8 for an atomic).
+    /// The bytes it moves (its local buffers; 8 for an atomic; a
+    /// module's call: its request or buffer).
     std::uint64_t bytes = 0;
+    /// A module's operation (stage rpc_call, collective, stream_read,
+    /// stream_write): what it is, e.g. "rpc call #17 to method 3 (slow)",
+    /// "all_reduce #5 on rank 1 of 4"; empty for a connection's
+    /// operation, which `kind` names (a module's sets no kind: ignore it).
+    std::string what;
 };
 
 /// The pending operations of one or more event listeners, read at once.

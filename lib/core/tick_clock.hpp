@@ -26,8 +26,8 @@ struct tick_clock {
 #endif
     }
     /// Nanoseconds a tick lasts: the counter measured against
-    /// CLOCK_MONOTONIC from the library's load to now (waiting until 2 ms
-    /// have passed, the first time only, if asked sooner). Any thread.
+    /// CLOCK_MONOTONIC from the library's load to the first call (waiting
+    /// until 50 ms have passed, if asked sooner), then kept. Any thread.
     static double ns_per_tick() noexcept;
 };
 

@@ -68,6 +68,18 @@ void connection_registry::collect_pending(std::uint64_t now_ms, std::vector<pend
     std::lock_guard lock(mutex_);
     for (const entry& e : live_)
         e.state->collect_pending(now_ms, out);
+    for (const pending_source& s : sources_)
+        s.collect(s.self, now_ms, out);
+}
+
+void connection_registry::add_source(pending_source source) {
+    std::lock_guard lock(mutex_);
+    sources_.push_back(source);
+}
+
+void connection_registry::remove_source(const void* self) noexcept {
+    std::lock_guard lock(mutex_);
+    std::erase_if(sources_, [&](const pending_source& s) { return s.self == self; });
 }
 
 }  // namespace cordma::detail

@@ -20,6 +20,14 @@ namespace cordma::detail {
 
 class connection_state;
 
+/// A module's pending operations for a stuck report (an rpc client's calls,
+/// a group's collective, a stream's read or write): `collect` appends them,
+/// aged against now_ms, on the event listener's thread.
+struct pending_source {
+    void (*collect)(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out);
+    const void* self;
+};
+
 class connection_registry {
 public:
     void add(const connection_state* state);
@@ -39,6 +47,10 @@ public:
     latency_recorder& latency(operation_kind kind) noexcept { return latency_[static_cast<std::size_t>(kind)]; }
     /// Snapshots from now on show the latencies recorded from now on.
     void reset_latency();
+    /// A module's pending operations join (leave) the stuck reports
+    /// (pending_source_registration does both).
+    void add_source(pending_source source);
+    void remove_source(const void* self) noexcept;
 
 private:
     struct entry {
@@ -49,6 +61,7 @@ private:
     };
     mutable std::mutex mutex_;
     std::vector<entry> live_;  // oldest first
+    std::vector<pending_source> sources_;
     connection_counters closed_;
     std::uint64_t opened_ = 0;
     std::uint64_t gone_ = 0;

@@ -155,6 +155,8 @@ local_mr group::allocate(std::size_t size) const {
     return checked("allocate").builder().pool()->allocate(size);
 }
 
+group_metrics group::metrics() const { return checked("metrics").tally().read(); }
+
 task<void> group::close() {
     if (!state_)
         co_return;

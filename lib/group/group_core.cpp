@@ -8,6 +8,8 @@
 #include <cordma/task_group.hpp>
 #include <cordma/when_all.hpp>
 
+#include "engine/event_listener_access.hpp"
+
 namespace cordma::detail {
 
 namespace wire = link_wire;
@@ -18,7 +20,26 @@ group_core::group_core(cordma::builder b, group_options options, int rank, std::
       rank_(rank),
       endpoints_(std::move(endpoints)),
       event_listener_(builder_.event_listener()),
-      links_(endpoints_.size()) {}
+      turn_tick_(event_listener_access::turn_tick(*event_listener_)),
+      links_(endpoints_.size()) {
+    turn_ms_ = event_listener_access::turn_ms(*event_listener_);
+    pending_source_.emplace(event_listener_, &group_core::collect_pending, this);
+}
+
+void group_core::collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out) {
+    const auto* g = static_cast<const group_core*>(self);
+    if (!g->busy_)
+        return;
+    pending_operation p;
+    p.peer = g->size() == 2 ? std::string("the group's other rank")
+                            : "the group's other " + std::to_string(g->size() - 1) + " ranks";
+    p.role = "group";
+    p.stage = pending_stage::collective;
+    p.age = age_of(now_ms, g->began_ms_);
+    p.what = group_op_name(g->current_.op) + " #" + std::to_string(g->current_.seq) + " on rank " +
+             std::to_string(g->rank_) + " of " + std::to_string(g->size());
+    out.push_back(std::move(p));
+}
 
 namespace {
 
@@ -87,13 +108,21 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     auto self = shared_from_this();
     if (!event_listener_->running_in_this_thread())
         co_await event_listener_->schedule();
-    if (failure_)
+    group_tally::per_kind& counts = tally_[c];
+    counts.calls.add();
+    std::uint64_t began_tick = *turn_tick_;
+    if (failure_) {
+        counts.failed.add();
         throw_failure();
-    if (busy_)
+    }
+    if (busy_) {
+        counts.failed.add();
         throw std::logic_error(std::string("cordma::group::") + collective_name(c) + " on rank " + std::to_string(rank_) +
                                ": another collective of this group is in progress; collectives run one at a time "
                                "per group, in the same order on every rank");
+    }
     busy_ = true;
+    began_ms_ = *turn_ms_;
     current_.op = op_of(c);
     current_.seq = ++next_seq_;
     auto timeout = call.timeout.count() > 0 ? call.timeout : options_.operation_timeout;
@@ -127,8 +156,12 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     forwarding.reset();
     busy_ = false;
     current_.token = {};
-    if (!error)
+    if (!error) {
+        counts.completed.add();
+        counts.latency.record(*turn_tick_ - began_tick);
         co_return;
+    }
+    counts.failed.add();
     if (failure_)
         throw_failure();
     std::string what = std::string(collective_name(c)) + " #" + std::to_string(current_.seq);

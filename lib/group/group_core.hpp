@@ -21,6 +21,8 @@
 #include "core/coarse_clock.hpp"
 #include "group/collective.hpp"
 #include "group/fan_out.hpp"
+#include "engine/pending_source.hpp"
+#include "group/group_tally.hpp"
 #include "group/mailbox.hpp"
 #include "link/link_wire.hpp"
 #include "link/peer_link.hpp"
@@ -44,6 +46,8 @@ public:
     const std::shared_ptr<cordma::event_listener>& event_listener() const noexcept { return event_listener_; }
     /// "rank 2 (10.78.0.3:7600)".
     std::string rank_name(int r) const;
+    /// Its collectives' counts (group::metrics). Any thread.
+    const group_tally& tally() const noexcept { return tally_; }
     peer_link& link(int r) const { return *links_.at(static_cast<std::size_t>(r)); }
     /// Takes the link to rank r and starts draining it at once: a rank
     /// still forming (waiting for others) must already answer the pings of
@@ -129,6 +133,14 @@ private:
     int rank_;
     std::vector<std::string> endpoints_;
     std::shared_ptr<cordma::event_listener> event_listener_;
+    // Its loop's turn ticks (event_listener_access::turn_tick): where a
+    // collective's latency starts and ends.
+    const std::uint64_t* turn_tick_ = nullptr;
+    group_tally tally_;  // group::metrics, and the process's cordma_group_* sums
+    const std::uint64_t* turn_ms_ = nullptr;  // its loop's turn time, coarse ms
+    std::uint64_t began_ms_ = 0;              // the collective in progress began
+    /// The collective in progress, for a stuck report (pending_source.hpp).
+    static void collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out);
     std::vector<std::shared_ptr<peer_link>> links_;
     std::optional<group_error> failure_;
     current_call current_;
@@ -146,6 +158,8 @@ private:
     fan_list fan_;
     std::shared_ptr<mailbox> mailbox_;
     std::vector<p2p_scope*> p2p_calls_;
+    // Last: leaves the stuck reports before anything it reads goes.
+    std::optional<pending_source_registration> pending_source_;
 };
 
 /// The group's error types and messages, shared by the collectives.

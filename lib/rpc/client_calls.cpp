@@ -25,6 +25,8 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
     c.id = take_id();
     c.method = method;
     c.began_tick = *turn_tick_;
+    c.began_ms = *turn_ms_;
+    c.request_size = request.size();
     tally_.calls.add();
     if (broken_) {
         tally_.error(broken_->first);

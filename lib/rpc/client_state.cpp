@@ -31,6 +31,9 @@ client_state::client_state(builder b, client_options options, cordma::connection
       liveness_word_{hello.id, 8, hello.rkey, access_flags::remote_read} {
     liveness_local_ = builder_.pool()->allocate(8);
     turn_tick_ = cordma::detail::event_listener_access::turn_tick(*event_listener_);
+    turn_ms_ = cordma::detail::event_listener_access::turn_ms(*event_listener_);
+    qp_num_ = conn_.qp()->qp_num();
+    pending_source_.emplace(event_listener_, &client_state::collect_pending, this);
     // Spare nodes for as many calls as the server lets run at once, and as
     // many waiting for a credit; beyond that a call may allocate its node.
     spare_nodes_.reserve(2 * std::size_t(std::max<std::uint32_t>(credits_, 16)));
@@ -328,6 +331,24 @@ task<void> client_state::close(std::string why) {
         co_await event_listener_->schedule();
     broken(rpc_errc::cancelled, why);
     co_await conn_.close();
+}
+
+void client_state::collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out) {
+    const auto* client = static_cast<const client_state*>(self);
+    for (const auto& [id, c] : client->calls_) {
+        if (c->finished)
+            continue;
+        pending_operation p;
+        p.peer = client->peer_;
+        p.qp_num = client->qp_num_;
+        p.role = "data";
+        p.stage = pending_stage::rpc_call;
+        p.age = cordma::detail::age_of(now_ms, c->began_ms);
+        p.bytes = c->request_size;
+        p.what = "rpc call #" + std::to_string(c->id) + " to method " + std::to_string(c->method) +
+                 (c->sent ? "" : c->has_credit ? " (not sent yet)" : " (waiting for a credit to send)");
+        out.push_back(std::move(p));
+    }
 }
 
 }  // namespace cordma::rpc::detail

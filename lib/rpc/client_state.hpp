@@ -25,6 +25,7 @@
 #include <cordma/receive_queue.hpp>
 
 #include "core/coarse_clock.hpp"
+#include "engine/pending_source.hpp"
 #include "link/elastic_receives.hpp"
 #include "rpc/client_tally.hpp"
 #include "rpc/frame_buffers.hpp"
@@ -59,6 +60,8 @@ struct pending_call {
     coarse_clock::time_point deadline;
     std::chrono::milliseconds limit{0};
     std::uint64_t began_tick = 0;  // the loop turn's ticks at its start (its latency)
+    std::uint64_t began_ms = 0;    // ... and its coarse ms (its age in a stuck report)
+    std::size_t request_size = 0;
 };
 
 struct wait_for {
@@ -175,6 +178,13 @@ private:
     bool liveness_running_ = false;
     std::shared_ptr<cordma::event_listener::timer> deadline_timer_;
     coarse_clock::time_point armed_for_ = coarse_clock::time_point::max();
+    // Its loop's turn time in coarse ms (event_listener_access::turn_ms).
+    const std::uint64_t* turn_ms_ = nullptr;
+    std::uint32_t qp_num_ = 0;  // its connection's, for a stuck report
+    /// Its calls in progress, for a stuck report (pending_source.hpp).
+    static void collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out);
+    // Last: leaves the stuck reports before anything it reads goes.
+    std::optional<cordma::detail::pending_source_registration> pending_source_;
 };
 
 }  // namespace cordma::rpc::detail

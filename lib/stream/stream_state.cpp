@@ -56,7 +56,32 @@ stream_state::stream_state(cordma::builder b, stream_options options, cordma::co
       conn_(std::move(conn)),
       peer_(conn_.peer()),
       event_listener_(conn_.event_listener()),
-      flushed_(waiter_queue<bool>::make(event_listener_)) {}
+      flushed_(waiter_queue<bool>::make(event_listener_)) {
+    turn_ms_ = event_listener_access::turn_ms(*event_listener_);
+    qp_num_ = conn_.qp()->qp_num();
+    pending_source_.emplace(event_listener_, &stream_state::collect_pending, this);
+}
+
+void stream_state::collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out) {
+    // On the loop's thread, between its turns: a read or write in progress
+    // is one suspended, waiting.
+    const auto* s = static_cast<const stream_state*>(self);
+    auto add = [&](pending_stage stage, std::uint64_t since_ms, std::size_t bytes, const char* what) {
+        pending_operation p;
+        p.peer = s->peer_;
+        p.qp_num = s->qp_num_;
+        p.role = "data";
+        p.stage = stage;
+        p.age = age_of(now_ms, since_ms);
+        p.bytes = bytes;
+        p.what = what;
+        out.push_back(std::move(p));
+    };
+    if (s->reading_)
+        add(pending_stage::stream_read, s->read_began_ms_, s->read_size_, "stream read");
+    if (s->writing_)
+        add(pending_stage::stream_write, s->write_began_ms_, s->write_size_, "stream write");
+}
 
 void stream_state::fail(std::errc code, const std::string& why, int, bool tell_peers) {
     if (failure_)
@@ -141,6 +166,8 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
     if (closed_)
         throw_closed("read");
     reading_ = true;
+    read_began_ms_ = *turn_ms_;
+    read_size_ = buffer.size();
     std::exception_ptr error;
     std::size_t n = 0;
     try {
@@ -161,6 +188,8 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
                 throw_failure();
             }
             current_.emplace(std::move(f));
+            if (current_->header.extra == data_frame)
+                tally_.frames_received.add();
         }
         inbound_frame& f = *current_;
         if (f.header.extra == end_frame) {
@@ -195,7 +224,7 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
     reading_ = false;
     if (error)
         std::rethrow_exception(error);
-    bytes_read_.fetch_add(n, std::memory_order_relaxed);
+    tally_.bytes_read.add(n);
     co_return n;
 }
 
@@ -211,7 +240,7 @@ task<void> stream_state::write_frame(std::span<const std::byte> bytes, local_sli
                                      std::stop_token token) {
     wire::header h = data_header();
     keepalive_scope alive(this);
-    frames_sent_.fetch_add(1, std::memory_order_relaxed);
+    tally_.frames_sent.add();
     if (bytes.size() <= link_->inline_room()) {
         co_await link_->send_inline(h, bytes, token);
     } else if (registered.block()) {
@@ -239,6 +268,9 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
     if (failure_)
         throw_failure();
     writing_ = true;
+    write_began_ms_ = *turn_ms_;
+    write_size_ = bytes.size();
+    bool stalled = false;  // waited for the reader's window at least once
     std::exception_ptr error;
     try {
         // Below register_size (and from unregistered memory) bytes go as
@@ -262,7 +294,7 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
                 // no wait (and so no coroutine frame for one).
                 std::size_t n = std::min(left, link_->inline_room());
                 link_->send_inline_now(data_header(), bytes.subspan(offset, n));
-                frames_sent_.fetch_add(1, std::memory_order_relaxed);
+                tally_.frames_sent.add();
                 offset += n;
             } else if (copied && batch_.size() < link_->inline_room()) {
                 std::size_t n = std::min(left, link_->inline_room() - batch_.size());
@@ -273,10 +305,12 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
                     spawn_detached(flush(), [](std::exception_ptr) {});
                 }
             } else if (batch_waiting()) {
+                stalled = true;
                 co_await wait_flushed(token);  // the batch is full, or must go before a zero-copy frame
             } else {
                 std::size_t n = std::min(left, largest_frame);
                 local_slice part = registered.block() ? registered.slice(offset, n) : local_slice{};
+                stalled = stalled || !link_->can_send_now();  // its frame waits for a credit or a slot
                 co_await write_frame(bytes.subspan(offset, n), part, token);
                 offset += n;
             }
@@ -289,9 +323,11 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
         error = std::current_exception();
     }
     writing_ = false;
+    if (stalled)
+        tally_.credit_stalls.add();
     if (error)
         std::rethrow_exception(error);
-    bytes_written_.fetch_add(bytes.size(), std::memory_order_relaxed);
+    tally_.bytes_written.add(bytes.size());
 }
 
 task<void> stream_state::flush() {
@@ -307,7 +343,7 @@ task<void> stream_state::flush() {
             h.seq = ++next_seq_;
             std::span<const std::byte> frame(batch_.data(), batch_.size());
             link_->post_inline(slot, h, frame);
-            frames_sent_.fetch_add(1, std::memory_order_relaxed);
+            tally_.frames_sent.add();
             batch_.clear();
             if (flush_waiters_ > 0)
                 flushed_->push(true);

@@ -22,8 +22,10 @@
 #include <cordma/task.hpp>
 
 #include "core/coarse_clock.hpp"
+#include "engine/pending_source.hpp"
 #include "engine/waiter_queue.hpp"
 #include "link/peer_link.hpp"
+#include "stream/stream_tally.hpp"
 
 namespace cordma::detail {
 
@@ -50,10 +52,7 @@ public:
         link_->start();
     }
     const stream_options& options() const noexcept { return options_; }
-    stream_statistics statistics() const noexcept {
-        return {bytes_written_.load(std::memory_order_relaxed), bytes_read_.load(std::memory_order_relaxed),
-                frames_sent_.load(std::memory_order_relaxed)};
-    }
+    stream_statistics statistics() const noexcept { return tally_.read(); }
 
     /// Frames a large write is cut into: bounds what one registration pins.
     static constexpr std::size_t largest_frame = std::size_t(16) << 20;
@@ -112,13 +111,21 @@ private:
     std::shared_ptr<waiter_queue<bool>> flushed_;
     int flush_waiters_ = 0;
     std::optional<std::pair<std::errc, std::string>> failure_;
-    std::atomic<std::uint64_t> bytes_written_{0};
-    std::atomic<std::uint64_t> bytes_read_{0};
-    std::atomic<std::uint64_t> frames_sent_{0};
+    stream_tally tally_;  // statistics(), and the process's cordma_stream_* sums
+    const std::uint64_t* turn_ms_ = nullptr;  // its loop's turn time, coarse ms
+    std::uint32_t qp_num_ = 0;                // its connection's, for a stuck report
+    std::uint64_t read_began_ms_ = 0;         // the read in progress began
+    std::uint64_t write_began_ms_ = 0;        // the write in progress began
+    std::size_t read_size_ = 0;
+    std::size_t write_size_ = 0;
+    /// The read and write in progress, for a stuck report (pending_source.hpp).
+    static void collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out);
 
     int waiting_ = 0;
     std::shared_ptr<event_listener::timer> tick_;
     coarse_clock::time_point last_tick_{};
+    // Last: leaves the stuck reports before anything it reads goes.
+    std::optional<pending_source_registration> pending_source_;
 };
 
 /// The stream's hello on a new connection, then its state and link.
