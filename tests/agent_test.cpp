@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include <cordma/when_all.hpp>
 #include "agent/agent.hpp"
 #include "engine/connection_state.hpp"
+#include "engine/process_metrics.hpp"
 
 #include "support/rxe_device.hpp"
 
@@ -168,6 +170,84 @@ TEST_CASE("a lease that runs out cuts the peer off and gives the owner its memor
     } catch (const work_completion_error& e) {
         CHECK(e.status() == IBV_WC_REM_ACCESS_ERR);
     }
+}
+
+namespace {
+
+// A sample of the process's metrics page (engine/process_metrics.hpp: what
+// the endpoint serves), 0 if the page has no such line.
+double page_value(const std::string& series) {
+    std::string page = detail::process_prometheus({});
+    std::size_t at = page.find("\n" + series + " ");
+    return at == std::string::npos ? 0 : std::stod(page.substr(at + series.size() + 2));
+}
+
+}  // namespace
+
+TEST_CASE("every grant is counted, by how it ended, and what each peer host holds now", "[agent][metrics]") {
+    agent_limits limits;
+    limits.max_region_size = 1 << 20;
+    agent_fixture f(limits);
+    f.settle();
+    auto ended = [](const char* reason) {
+        return page_value(std::string("cordma_agent_grants_ended_total{reason=\"") + reason + "\"}");
+    };
+    double grants = page_value("cordma_agent_grants_total"), denied = page_value("cordma_agent_requests_denied_total");
+    double released = ended("released"), expired = ended("expired"), revoked = ended("revoked"),
+           closed = ended("closed"), received = page_value("cordma_agent_regions_received_total");
+    // The bytes held now by each peer host, as the page lists them.
+    auto by_host = [] {
+        std::map<std::string, double> out;
+        std::string page = detail::process_prometheus({});
+        const std::string prefix = "\ncordma_agent_granted_bytes{host=\"";
+        for (std::size_t at = page.find(prefix); at != std::string::npos; at = page.find(prefix, at + 1)) {
+            std::size_t end = page.find("\"} ", at + prefix.size());
+            out[page.substr(at + prefix.size(), end - at - prefix.size())] = std::stod(page.substr(end + 3));
+        }
+        return out;
+    };
+
+    // Released: asked for, then dropped.
+    { remote_mr r = sync_wait(f.client.request_remote_mr(4096)); }
+    CHECK(f.eventually([&] { return ended("released") == released + 1; }));
+    // Expired: a 300 ms lease.
+    remote_mr leased = sync_wait(f.client.request_remote_mr(8192, 64, 300ms));
+    CHECK(f.eventually([&] { return ended("expired") == expired + 1; }));
+    // Revoked: granted by send_local_mr, then revoked by its owner.
+    local_mr mine = f.pool->allocate(128);
+    sync_wait([&]() -> task<void> {
+        auto [sent, region] = co_await when_all(f.server.send_local_mr(mine.all()), f.client.receive_remote_mr());
+        (void)sent;
+        (void)region;
+        std::size_t withdrawn = co_await f.server.revoke_local_mr(mine.all());
+        CHECK(withdrawn == 1);
+    }());
+    CHECK(ended("revoked") == revoked + 1);
+    // Denied: over max_region_size.
+    CHECK_THROWS(sync_wait(f.client.request_remote_mr(2 << 20)));
+    CHECK(page_value("cordma_agent_requests_denied_total") == denied + 1);
+    // Held now: 64 KiB, pinned here for the peer host; ended as closed.
+    remote_mr held = sync_wait(f.client.request_remote_mr(64 << 10));
+    auto held_by = by_host();
+    INFO("held by host: " << held_by.size() << " host(s)");
+    REQUIRE(held_by.size() == 1);  // this connection's peer, the one host
+    CHECK(held_by.begin()->second == 64 << 10);
+    CHECK(page_value("cordma_agent_granted_bytes") == 64 << 10);
+    CHECK(page_value("cordma_agent_granted_regions") == 1);
+    CHECK(page_value("cordma_agent_grants_total") == grants + 4);
+    CHECK(page_value("cordma_agent_regions_received_total") == received + 4);
+    // (Loopback connections have no rdma_cm to carry a disconnect: each
+    // side is closed.)
+    sync_wait(f.client.close());
+    sync_wait(f.server.close());
+    CHECK(f.eventually([&] { return ended("closed") == closed + 1; }));
+    CHECK(by_host().empty());
+    CHECK(page_value("cordma_agent_granted_bytes") == 0);
+    CHECK(page_value("cordma_agent_granted_regions") == 0);
+    // Nothing counted twice.
+    CHECK(ended("released") == released + 1);
+    CHECK(ended("expired") == expired + 1);
+    CHECK(ended("revoked") == revoked + 1);
 }
 
 TEST_CASE("dropping a remote region tells the owner, which frees it", "[agent]") {

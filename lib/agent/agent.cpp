@@ -220,9 +220,11 @@ void agent::shut_down(const std::string& why) noexcept {
         if (g.lease_timer)
             g.lease_timer->cancel();
         ledger_->remove(peer_host_, g.memory.size());
+        tally_.end(grant_end::closed);
     }
     grants_.clear();
     granted_bytes_ = 0;
+    tally_.set_granted(0, 0);
     if (control_)
         control_.shut_down();
 }

@@ -24,6 +24,7 @@
 #include <cordma/memory_region.hpp>
 #include <cordma/remote_mr.hpp>
 #include <cordma/task.hpp>
+#include "agent/agent_tally.hpp"
 #include "agent/agent_ledger.hpp"
 #include "agent/call_deadline.hpp"
 #include "agent/agent_protocol.hpp"
@@ -108,7 +109,7 @@ private:
     void on_request(const agent_protocol::request_mr& m);
     std::uint64_t add_grant(local_slice memory, access_flags access, std::chrono::milliseconds lease,
                             agent_protocol::grant_mr& out);
-    void drop_grant(std::uint64_t region_id, bool tell_peer) noexcept;
+    void drop_grant(std::uint64_t region_id, bool tell_peer, grant_end why) noexcept;
     remote_mr to_region(const agent_protocol::grant_mr& g);
     std::chrono::milliseconds clamp_lease(std::chrono::milliseconds requested) const;
     std::exception_ptr gone() const;
@@ -155,6 +156,7 @@ private:
     std::set<std::uint32_t> abandoned_;
     std::map<std::uint64_t, grant> grants_;
     std::size_t granted_bytes_ = 0;
+    agent_tally tally_{peer_host_};  // the process's cordma_agent_* sums
 
     // Regions the peer granted (send_local_mr) and handed back
     // (send_remote_mr), waiting for receive_remote_mr / receive_local_mr.

@@ -80,7 +80,7 @@ task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds le
     try {
         co_await transmit(g);
     } catch (...) {
-        drop_grant(id, false);
+        drop_grant(id, false, grant_end::unsent);
         throw;
     }
 }
@@ -153,7 +153,7 @@ task<std::size_t> agent::revoke(local_slice region) {
         if (g.memory.data() < region.data() + region.size() && region.data() < g.memory.data() + g.memory.size())
             ids.push_back(id);
     for (auto id : ids)
-        drop_grant(id, true);
+        drop_grant(id, true, grant_end::revoked);
     co_return ids.size();
 }
 

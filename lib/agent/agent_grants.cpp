@@ -72,7 +72,7 @@ void agent::handle(const proto::message& m) {
                                                 ", which this side never granted");
                 }
                 local_mr back(it->second.memory.block());
-                drop_grant(msg.region_id, false);
+                drop_grant(msg.region_id, false, grant_end::released);
                 incoming_local_->push(std::move(back));
             } else if constexpr (std::is_same_v<T, proto::release_mr>) {
                 // Unknown ids are fine: the lease may have run out first.
@@ -83,10 +83,11 @@ void agent::handle(const proto::message& m) {
                         throw proto::protocol_error("release_mr of region " + std::to_string(id) +
                                                     ", which this side never granted");
                 for (auto id : msg.region_ids)
-                    drop_grant(id, false);
+                    drop_grant(id, false, grant_end::released);
             } else if constexpr (std::is_same_v<T, proto::revoke_mr>) {
                 // The owner cut us off; accesses now fail with a remote access
                 // error, and the region's drop need not tell the owner.
+                tally_.revoked_by_peer.add();
                 if (auto held = held_.find(msg.region_id); held != held_.end()) {
                     if (auto ended = held->second.lock())
                         ended->store(true, std::memory_order_release);
@@ -99,6 +100,7 @@ void agent::handle(const proto::message& m) {
 
 void agent::on_request(const proto::request_mr& m) {
     auto deny = [&](std::errc code, std::string reason) {
+        tally_.denied.add();
         // The reason may quote an exception: make it fit the wire's rules, or
         // encoding fails and the requester is never answered.
         send_detached(proto::deny_mr{m.request_id, static_cast<std::uint32_t>(code), proto::fit_reason(reason)});
@@ -151,7 +153,7 @@ std::uint64_t agent::add_grant(local_slice memory, access_flags access, std::chr
     std::weak_ptr<agent> weak = weak_from_this();
     g.lease_timer = event_listener_->call_after(lease, [weak, id] {
         if (auto self = weak.lock())
-            self->drop_grant(id, true);
+            self->drop_grant(id, true, grant_end::expired);
     });
     out.region_id = id;
     out.address = reinterpret_cast<std::uint64_t>(memory.data());
@@ -163,10 +165,12 @@ std::uint64_t agent::add_grant(local_slice memory, access_flags access, std::chr
     ledger_->add(peer_host_, memory.size());
     g.memory = std::move(memory);
     grants_.emplace(id, std::move(g));
+    tally_.grants.add();
+    tally_.set_granted(granted_bytes_, grants_.size());
     return id;
 }
 
-void agent::drop_grant(std::uint64_t region_id, bool tell_peer) noexcept {
+void agent::drop_grant(std::uint64_t region_id, bool tell_peer, grant_end why) noexcept {
     auto it = grants_.find(region_id);
     if (it == grants_.end())
         return;
@@ -177,11 +181,14 @@ void agent::drop_grant(std::uint64_t region_id, bool tell_peer) noexcept {
     // Deregistering invalidates the rkey: a late access is a remote access
     // error at the peer, never a write into memory handed to someone else.
     grants_.erase(it);
+    tally_.end(why);
+    tally_.set_granted(granted_bytes_, grants_.size());
     if (tell_peer)
         send_detached(proto::revoke_mr{region_id});
 }
 
 remote_mr agent::to_region(const proto::grant_mr& g) {
+    tally_.received.add();
     auto ended = std::make_shared<std::atomic<bool>>(false);
     held_[g.region_id] = ended;
     return remote_mr(weak_from_this(), g.region_id,

@@ -17,6 +17,12 @@ public:
         value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 #endif
     }
+    /// Makes it `v` (a gauge).
+    void set([[maybe_unused]] std::uint64_t v) noexcept {
+#ifndef CORDMA_METRICS_OFF
+        value_.store(v, std::memory_order_relaxed);
+#endif
+    }
     /// Keeps the larger of the count and `v` (a maximum).
     void raise_to([[maybe_unused]] std::uint64_t v) noexcept {
 #ifndef CORDMA_METRICS_OFF
