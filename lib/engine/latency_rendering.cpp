@@ -16,8 +16,10 @@ std::string seconds(double ns) {
     return buf;
 }
 
-void line(std::string& out, const std::string& name, const std::string& labels, const std::string& extra,
-          const std::string& value) {
+}  // namespace
+
+void prometheus_line(std::string& out, const std::string& name, const std::string& labels, const std::string& extra,
+                     const std::string& value) {
     out += name;
     if (!labels.empty() || !extra.empty()) {
         out += '{';
@@ -32,8 +34,6 @@ void line(std::string& out, const std::string& name, const std::string& labels, 
     out += '\n';
 }
 
-}  // namespace
-
 void prometheus_summary(std::string& out, const std::string& name, const std::string& help,
                         const std::vector<labelled_histogram>& series) {
     if (series.empty())
@@ -42,10 +42,10 @@ void prometheus_summary(std::string& out, const std::string& name, const std::st
     for (const auto& [labels, h] : series) {
         bool empty = h->count() == 0;
         for (const auto& [label, q] : quantiles)
-            line(out, name, labels, std::string("quantile=\"") + label + "\"",
+            prometheus_line(out, name, labels, std::string("quantile=\"") + label + "\"",
                  empty ? std::string("NaN") : seconds(h->quantile_ns(q)));
-        line(out, name + "_sum", labels, "", seconds(h->sum_ns()));
-        line(out, name + "_count", labels, "", std::to_string(h->count()));
+        prometheus_line(out, name + "_sum", labels, "", seconds(h->sum_ns()));
+        prometheus_line(out, name + "_count", labels, "", std::to_string(h->count()));
     }
     // name_seconds -> name_max_seconds: the unit stays last, as the
     // format's conventions ask.
@@ -56,7 +56,7 @@ void prometheus_summary(std::string& out, const std::string& name, const std::st
         max += "_max";
     out += "# HELP " + max + " The longest of them (since the start or the last reset).\n# TYPE " + max + " gauge\n";
     for (const auto& [labels, h] : series)
-        line(out, max, labels, "", seconds(h->max_ns()));
+        prometheus_line(out, max, labels, "", seconds(h->max_ns()));
 }
 
 void latency_json(std::string& out, const latency_histogram& h) {

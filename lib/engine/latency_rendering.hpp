@@ -13,6 +13,11 @@
 
 namespace cordma::detail {
 
+/// Appends one sample line: `name{labels,extra} value` (the braces only
+/// when there is a label). The engine's families and the summaries alike.
+void prometheus_line(std::string& out, const std::string& name, const std::string& labels, const std::string& extra,
+                     const std::string& value);
+
 /// One histogram and its labels (`kind="write"`, already escaped).
 using labelled_histogram = std::pair<std::string, const latency_histogram*>;
 

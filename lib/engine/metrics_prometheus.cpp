@@ -38,18 +38,7 @@ std::string escaped(std::string_view v) { return detail::prometheus_label(v); }
 // One sample: name{labels[,extra]} value.
 void sample(std::string& out, const std::string& name, const std::string& labels, const std::string& extra,
             std::uint64_t value) {
-    out += name;
-    if (!labels.empty() || !extra.empty()) {
-        out += '{';
-        out += labels;
-        if (!labels.empty() && !extra.empty())
-            out += ',';
-        out += extra;
-        out += '}';
-    }
-    out += ' ';
-    out += std::to_string(value);
-    out += '\n';
+    detail::prometheus_line(out, name, labels, extra, std::to_string(value));
 }
 
 using emit = std::function<void(const std::string& extra, std::uint64_t value)>;

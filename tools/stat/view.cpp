@@ -19,18 +19,21 @@ const char* const kinds[] = {"send", "send_with_imm", "write", "write_with_imm",
 // the values of `key` (or "" for all together).
 using sums = std::map<std::string, double>;
 
+// Whether `s` carries every label of `match` with its value.
+bool matches(const sample& s, const std::map<std::string, std::string>& match) {
+    for (const auto& [k, v] : match) {
+        auto it = s.labels.find(k);
+        if (it == s.labels.end() || it->second != v)
+            return false;
+    }
+    return true;
+}
+
 sums by(const reading& r, const std::string& name, const std::string& key,
         const std::map<std::string, std::string>& match = {}) {
     sums out;
     for (const sample& s : r.samples) {
-        if (s.name != name)
-            continue;
-        bool ok = true;
-        for (const auto& [k, v] : match) {
-            auto it = s.labels.find(k);
-            ok = ok && it != s.labels.end() && it->second == v;
-        }
-        if (!ok)
+        if (s.name != name || !matches(s, match))
             continue;
         std::string k;
         if (!key.empty()) {
@@ -81,14 +84,7 @@ std::string micros(const reading& r, const std::string& name, std::map<std::stri
     if (!q.empty())
         match["quantile"] = q;
     for (const sample& s : r.samples) {
-        if (s.name != name)
-            continue;
-        bool ok = true;
-        for (const auto& [k, v] : match) {
-            auto it = s.labels.find(k);
-            ok = ok && it != s.labels.end() && it->second == v;
-        }
-        if (!ok || s.value != s.value)
+        if (s.name != name || !matches(s, match) || s.value != s.value)
             continue;
         char buf[32];
         std::snprintf(buf, sizeof buf, "%9.1f", s.value * 1e6);
