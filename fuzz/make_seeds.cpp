@@ -7,7 +7,8 @@
 //
 //   clang++-14 -std=c++20 -I include -I lib -o /tmp/make_seeds fuzz/make_seeds.cpp \
 //       lib/agent/agent_protocol.cpp lib/link/link_wire.cpp \
-//       lib/connect/tcp/endpoint_message.cpp lib/group/bootstrap/rendezvous_message.cpp lib/rpc/rpc_wire.cpp
+//       lib/connect/tcp/endpoint_message.cpp lib/group/bootstrap/rendezvous_message.cpp lib/rpc/rpc_wire.cpp \
+//       lib/core/trace.cpp
 //   /tmp/make_seeds fuzz/corpus
 //
 // Every format is little-endian (docs/wire-formats.md), whatever the host.
@@ -294,10 +295,11 @@ void rendezvous_seeds() {
 }  // namespace
 
 // cordma::rpc's frames: a 16-byte header and its payload (a request or
-// response inline), or 48 bytes (every other frame).
+// response inline), or 48 bytes (every other frame); a traced request's
+// trace id after either.
 void rpc_frame(const std::string& name, rw::header h, const std::string& payload = {}) {
     h.size = rw::carries_payload(h.type) ? payload.size() : h.size;
-    std::byte head[rw::header_size];
+    std::byte head[rw::header_size + rw::trace_size];
     std::size_t n = rw::encode(h, head);
     std::vector<std::byte> bytes(head, head + n);
     bytes.resize(n + payload.size());
@@ -313,11 +315,16 @@ void rpc_wire_seeds() {
     rpc_frame("hello_client", {.type = frame::hello, .code = rw::version, .size = 4048, .addr = 1 << 20,
                                .rkey = 16336});
     rpc_frame("hello_server", {.type = frame::hello, .credits = 16, .id = 0x7f00deadb000ull,
-                               .code = rw::version | rw::hello_deferred_credits << 16, .size = 4048,
+                               .code = rw::version | (rw::hello_deferred_credits | rw::hello_traces) << 16,
+                               .size = 4048,
                                .addr = 1 << 20, .rkey = 0x1234});
     rpc_frame("request", {.type = frame::request, .id = 7, .code = 42}, "hello, server");
     rpc_frame("request_rts", {.type = frame::request_rts, .id = 8, .code = 42, .size = 1 << 20,
                               .addr = 0x7f0000100000ull, .rkey = 0x99});
+    auto trace = cordma::trace_id::parse("4bf92f3577b34da6a3ce929d0e0e4736").value();
+    rpc_frame("request_traced", {.type = frame::request, .id = 11, .code = 42, .trace = trace}, "traced");
+    rpc_frame("request_rts_traced", {.type = frame::request_rts, .id = 12, .code = 42, .size = 1 << 20,
+                                     .addr = 0x7f0000300000ull, .rkey = 0x98, .trace = trace});
     rpc_frame("response", {.type = frame::response, .credits = 1, .id = 7}, "hello, client");
     rpc_frame("response_error", {.type = frame::response, .credits = 1, .id = 9, .code = 3}, "no method 5");
     rpc_frame("response_rts", {.type = frame::response_rts, .credits = 1, .id = 8, .size = 1 << 20,

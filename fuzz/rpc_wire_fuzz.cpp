@@ -6,7 +6,8 @@
 // never read out of bounds or fail with anything but a reason. Beyond not
 // crashing, whatever decode accepts must be what encode writes, byte for
 // byte: the header decode hands back re-encodes to the input's first 16
-// (an inline request or response) or 48 bytes, so no bit decode ignores (a reserved word, a stray version) slips
+// (an inline request or response) or 48 bytes (16 more, the trace id, for
+// a traced request), so no bit decode ignores (a reserved word, a stray version) slips
 // past it; and the frame's length agrees with the header, since the server
 // and client take the payload to be everything after the header. `why` is
 // the one way a caller learns what was wrong, so it is empty on success
@@ -59,13 +60,16 @@ void check(std::span<const std::byte> in, const char* where) {
     if (!why.empty())
         die(where, "decode accepted a frame but set a reason", why);
 
-    std::size_t header = wire::header_length(h->type);
+    // A traced request's header runs on through its trace id.
+    std::size_t header = wire::header_length(*h);
     if (in.size() < header)
         die(where, "decode accepted a frame shorter than its header", std::to_string(in.size()) + " bytes");
     if (h->type != wire::frame::hello && h->id > wire::largest_id)
         die(where, "decode accepted a call id over 32 bits", std::to_string(h->id));
-    std::byte out[wire::header_size];
-    if (wire::encode(*h, std::span<std::byte, wire::header_size>(out)) != header)
+    if (!h->trace.empty() && h->type != wire::frame::request && h->type != wire::frame::request_rts)
+        die(where, "decode accepted a trace id on a frame that is not a request", wire::name(h->type));
+    std::byte out[wire::header_size + wire::trace_size];
+    if (wire::encode(*h, std::span<std::byte>(out)) != header)
         die(where, "encode wrote a header of another length than header_length", wire::name(h->type));
     if (std::memcmp(out, in.data(), header) != 0)
         die(where, "re-encoding the decoded header changed its bytes", wire::name(h->type));

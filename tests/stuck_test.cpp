@@ -3,12 +3,15 @@
 // its stage and its age, within a second of being asked; the endpoint's
 // /stuck page and CORDMA_DUMP_ON's log line say the same (tests/meson.build
 // sets CORDMA_DUMP_ON=SIGUSR2 for this test); an event listener whose
-// thread is blocked is named busy instead of waited for.
+// thread is blocked is named busy instead of waited for. The modules'
+// waits are named too, and an rpc call's trace id (trace.hpp) shows on
+// both ends, reaches the handler and opens a span on each.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -34,6 +37,7 @@
 #include <cordma/stuck_report.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
+#include <cordma/trace.hpp>
 #include <cordma/when_all.hpp>
 
 #include "support/group_ranks.hpp"
@@ -82,6 +86,33 @@ bool eventually(F done, std::chrono::milliseconds limit = 10s) {
     }
     return true;
 }
+
+/// A span hook that writes down what it hears ("open rpc_call 1 ...").
+struct span_log {
+    std::mutex lock;
+    std::vector<std::string> events;
+    std::uint64_t next = 1;
+
+    static std::uint64_t open(void* self, const span_info& s) {
+        auto* log = static_cast<span_log*>(self);
+        std::lock_guard g(log->lock);
+        std::uint64_t handle = log->next++;
+        log->events.push_back("open " + std::string(to_string(s.kind)) + " " + std::to_string(handle) + " " +
+                              s.trace.to_string() + " method " + std::to_string(s.method) + " (" +
+                              std::string(s.name) + ") " + std::to_string(s.bytes) + " B");
+        return handle;
+    }
+    static void close(void* self, std::uint64_t handle, const span_info& s, const std::error_code& outcome) {
+        auto* log = static_cast<span_log*>(self);
+        std::lock_guard g(log->lock);
+        log->events.push_back("close " + std::string(to_string(s.kind)) + " " + std::to_string(handle) + " " +
+                              (outcome ? outcome.message() : "ok"));
+    }
+    std::vector<std::string> read() {
+        std::lock_guard g(lock);
+        return events;
+    }
+};
 
 }  // namespace
 
@@ -178,16 +209,26 @@ TEST_CASE("a stopped peer's 120 waiting operations are named with their stages a
     CHECK(to_text(b.stuck()) == "cordma: no operation pending\n");
 }
 
-TEST_CASE("the modules' waits are named: an rpc call, a stream read, a collective", "[stuck]") {
+TEST_CASE("the modules' waits are named: an rpc call (both ends, traced), a stream read, a collective",
+          "[stuck][trace]") {
     builder sb = test::test_builder();
     builder b = test::test_builder();
     sb.connect_timeout(30s);
     b.connect_timeout(30s);
+    const trace_id traced = *trace_id::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    span_log spans;
+    set_span_hook({&span_log::open, &span_log::close, &spans});
+    struct unhook {
+        ~unhook() { set_span_hook({}); }
+    } unhooking;
     // An rpc server whose method 1 answers once told to.
     rpc::server server(sb);
     std::atomic<bool> answer{false};
+    std::atomic<int> handler_saw_trace{0};
     auto* el = sb.event_listener().get();
-    server.handle(1, "held", [&answer, el](rpc::request r) -> task<std::vector<std::byte>> {
+    server.handle(1, "held", [&answer, &handler_saw_trace, traced, el](rpc::request r) -> task<std::vector<std::byte>> {
+        if (r.trace() == traced)
+            ++handler_saw_trace;
         while (!answer.load())
             co_await sleep_for{el, 20ms};
         co_return std::vector<std::byte>(r.bytes().begin(), r.bytes().end());
@@ -230,8 +271,12 @@ TEST_CASE("the modules' waits are named: an rpc call, a stream read, a collectiv
                     t.join();
         }
     } releasing{answer, stop_reading, rank1_go, threads};
-    // An rpc call the server holds.
-    threads.emplace_back([&] { sync_wait(client.call(1, std::vector<std::byte>(100))); });
+    // An rpc call the server holds, traced.
+    threads.emplace_back([&] {
+        rpc::call_options o;
+        o.trace = traced;
+        sync_wait(client.call(1, std::vector<std::byte>(100), o));
+    });
     // A stream read with nothing written.
     threads.emplace_back([&] {
         std::vector<std::byte> buffer(4096);
@@ -267,7 +312,8 @@ TEST_CASE("the modules' waits are named: an rpc call, a stream read, a collectiv
     bool all_seen = eventually([&] {
         r = process_stuck(100);
         return has(r, pending_stage::rpc_call, "rpc call #") && has(r, pending_stage::stream_read, "stream read") &&
-               has(r, pending_stage::collective, "barrier #");
+               has(r, pending_stage::collective, "barrier #") &&
+               has(r, pending_stage::rpc_handler, "(held), in its handler");
     }, 20s);
     std::string text = to_text(r);
     INFO(text);
@@ -277,6 +323,17 @@ TEST_CASE("the modules' waits are named: an rpc call, a stream read, a collectiv
     CHECK_THAT(text, Catch::Contains("stream read, 4,096 B, from "));
     CHECK_THAT(text, Catch::Contains(": waiting for the peer's data"));
     CHECK_THAT(text, Catch::Contains(" on rank 0 of 2, to the group's other rank: waiting for the other ranks"));
+    // The traced call on both ends: the client's wait and the server's
+    // handler, each with the trace id.
+    CHECK_THAT(text, Catch::Contains(" to method 1, 100 B, to " + client.connection().peer() +
+                                     ": waiting for its answer, trace 4bf92f3577b34da6a3ce929d0e0e4736"));
+    CHECK_THAT(text, Catch::Contains(" to method 1 (held), in its handler, 100 B, from "));
+    CHECK_THAT(text, Catch::Contains(": being served, trace 4bf92f3577b34da6a3ce929d0e0e4736"));
+    int traced_ops = 0;
+    for (const pending_operation& p : r.oldest)
+        traced_ops += p.trace == traced ? 1 : 0;
+    CHECK(traced_ops == 2);
+    CHECK(handler_saw_trace == 1);
     stuck_report modules;  // the three, for a capture (docs/observability.md)
     for (const pending_operation& p : r.oldest)
         if (!p.what.empty())
@@ -298,6 +355,44 @@ TEST_CASE("the modules' waits are named: an rpc call, a stream read, a collectiv
                 return false;
         return true;
     }));
+
+    // Its spans: opened on each end, closed on each once answered (the
+    // server's when its answer's send completed, which may follow the
+    // client's answer by a moment).
+    std::string open_call = "open rpc_call 1 4bf92f3577b34da6a3ce929d0e0e4736 method 1 (method 1) 100 B";
+    std::string open_handler = "open rpc_handler 2 4bf92f3577b34da6a3ce929d0e0e4736 method 1 (held) 100 B";
+    CHECK(eventually([&] { return spans.read().size() == 4; }));
+    auto events = spans.read();
+    INFO(Catch::Detail::stringify(events));
+    REQUIRE(events.size() == 4);
+    CHECK(events[0] == open_call);
+    CHECK(events[1] == open_handler);
+    CHECK(std::count(events.begin(), events.end(), "close rpc_call 1 ok") == 1);
+    CHECK(std::count(events.begin(), events.end(), "close rpc_handler 2 ok") == 1);
+
+    // An untraced call opens none; a traced one that fails closes both
+    // with its error, and its error names the trace.
+    sync_wait(client.call(1, std::vector<std::byte>(8)));
+    rpc::call_options o;
+    o.trace = traced;
+    std::string failed;
+    try {
+        sync_wait(client.call(9, std::vector<std::byte>(8), o));
+    } catch (const rpc::rpc_error& e) {
+        failed = e.what();
+    }
+    CHECK_THAT(failed, Catch::Contains("of method 9 to " + client.connection().peer() +
+                                       " (trace 4bf92f3577b34da6a3ce929d0e0e4736): no method 9"));
+    CHECK(eventually([&] { return spans.read().size() == 8; }));
+    events = spans.read();
+    INFO(Catch::Detail::stringify(events));
+    REQUIRE(events.size() == 8);
+    std::string unknown = make_error_code(rpc::rpc_errc::unknown_method).message();
+    CHECK(std::count(events.begin(), events.end(), "close rpc_call 3 " + unknown) == 1);
+    CHECK(std::count(events.begin(), events.end(), "close rpc_handler 4 " + unknown) == 1);
+    CHECK(std::count(events.begin(), events.end(),
+                     "open rpc_handler 4 4bf92f3577b34da6a3ce929d0e0e4736 method 9 () 8 B") == 1);
+
     sync_wait(when_all(writer.close(), reader.close()));
     sync_wait(client.close());
 }

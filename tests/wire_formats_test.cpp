@@ -339,3 +339,66 @@ TEST_CASE("an rpc frame header round-trips, and decode names what is wrong with 
     b[3] = std::byte{12};
     rejected(b, "unknown type 12");
 }
+
+TEST_CASE("a traced rpc request carries its trace id after its header, and only a request may", "[wire][rpc][trace]") {
+    namespace wire = detail::rpc_wire;
+    std::string why;
+    auto id = trace_id::parse("4bf92f3577b34da6a3ce929d0e0e4736");
+    REQUIRE(id);
+    auto frame_of = [](const wire::header& h, std::size_t payload) {
+        std::vector<std::byte> bytes(wire::header_length(h) + payload, std::byte{0x5a});
+        CHECK(wire::encode(h, bytes) == wire::header_length(h));
+        return bytes;
+    };
+
+    // Inline: 16-byte header, 16-byte trace id, then the payload.
+    wire::header request{wire::frame::request, 0, 7, 3, 5, 0, 0, *id};
+    CHECK(wire::header_length(request) == 32);
+    auto bytes = frame_of(request, 5);
+    CHECK(bytes.size() == 37);
+    CHECK(bytes[3] == std::byte{0x82});  // request (2), the traced bit
+    CHECK(bytes[16] == std::byte{0x4b});  // the id in the hex text's order
+    CHECK(bytes[31] == std::byte{0x36});
+    CHECK(bytes[32] == std::byte{0x5a});  // the payload after it
+    auto back = wire::decode(bytes, why);
+    REQUIRE(back);
+    CHECK(back->type == wire::frame::request);
+    CHECK(back->trace == *id);
+    CHECK(back->size == 5);
+    CHECK(back->id == 7);
+    CHECK(back->code == 3);
+    CHECK(wire::header_length(*back) == 32);
+
+    // Untraced: as before, no trace.
+    back = wire::decode(frame_of(wire::header{wire::frame::request, 0, 7, 3, 5, 0, 0}, 5), why);
+    REQUIRE(back);
+    CHECK(back->trace.empty());
+    CHECK(back->size == 5);
+
+    // Rendezvous: 48-byte header, then the id; nothing after.
+    wire::header rts{wire::frame::request_rts, 0, 8, 3, 1 << 20, 0x7f0000002000ull, 0x77, *id};
+    CHECK(wire::header_length(rts) == 64);
+    back = wire::decode(frame_of(rts, 0), why);
+    REQUIRE(back);
+    CHECK(back->trace == *id);
+    CHECK(back->size == 1 << 20);
+    CHECK(back->rkey == 0x77);
+
+    auto rejected = [&](std::vector<std::byte> b, const char* expected) {
+        INFO(expected);
+        why.clear();
+        CHECK_FALSE(wire::decode(b, why));
+        CHECK_THAT(why, Catch::Contains(expected));
+    };
+    auto b = frame_of(request, 0);
+    b.resize(31);  // the id cut short
+    rejected(b, "shorter than its header and trace id (32)");
+    b = frame_of(request, 0);
+    std::fill(b.begin() + 16, b.begin() + 32, std::byte{0});
+    rejected(b, "trace id is all zero");
+    b = frame_of(wire::header{wire::frame::response, 0, 7, 0, 0, 0, 0}, 16);
+    b[3] |= std::byte{0x80};  // only requests carry one
+    rejected(b, "a response frame marked traced");
+    auto long_rts = frame_of(rts, 1);
+    rejected(long_rts, "header says 0 bytes of payload");
+}

@@ -39,4 +39,5 @@
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
 #include <cordma/task_group.hpp>
+#include <cordma/trace.hpp>
 #include <cordma/when_all.hpp>

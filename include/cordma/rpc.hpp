@@ -86,6 +86,7 @@
 #include <cordma/latency_histogram.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/task.hpp>
+#include <cordma/trace.hpp>
 
 struct ibv_srq;
 
@@ -166,16 +167,21 @@ public:
     std::uint32_t method() const noexcept { return method_; }
     /// The client's address, as errors and logs name it.
     const std::string& peer() const noexcept { return *peer_; }
+    /// The trace id the client gave the call (call_options::trace; empty
+    /// if none): pass it on to the calls this handler makes.
+    const trace_id& trace() const noexcept { return trace_; }
 
     /// Made by the server for each call; `peer` must outlive the request.
     /// (Public so handlers can be tested without a server.)
-    request(std::span<const std::byte> bytes, std::uint32_t method, const std::string* peer) noexcept
-        : bytes_(bytes), method_(method), peer_(peer) {}
+    request(std::span<const std::byte> bytes, std::uint32_t method, const std::string* peer,
+            const trace_id& trace = {}) noexcept
+        : bytes_(bytes), method_(method), peer_(peer), trace_(trace) {}
 
 private:
     std::span<const std::byte> bytes_;
     std::uint32_t method_ = 0;
     const std::string* peer_ = nullptr;
+    trace_id trace_;
 };
 
 /// A handler: the response bytes for a request. What it throws goes back to
@@ -392,6 +398,12 @@ struct call_options {
     /// Stops the call early, from any thread: it fails with cancelled at
     /// once (its response, if it comes, is dropped).
     std::stop_token token{};
+    /// The call's trace id (empty: none). It travels in the request frame
+    /// to the server's handler (request::trace()), shows in both ends'
+    /// stuck reports and errors, and opens a span on each end's span hook
+    /// (trace.hpp). 16 bytes more in the request; nothing for an
+    /// untraced call.
+    trace_id trace{};
 };
 
 /// An rpc client: one connection to one server, carrying many calls at

@@ -10,6 +10,8 @@
 /// std::fputs(cordma::to_text(r).c_str(), stderr);
 /// // 120 operations pending; the oldest:
 /// //   2,310 ms  send 64 B to 10.0.0.2:7471 (qp 17): posted, waiting for its completion
+/// //   1,020 ms  rpc call #9 to method 3 (slow), 64 B, from 10.0.0.3:40112: running its handler,
+/// //             trace 4bf92f3577b34da6a3ce929d0e0e4736
 /// ```
 ///
 /// Ages come from the coarse clock each event listener reads once per turn
@@ -25,6 +27,7 @@
 
 #include <cordma/export.hpp>
 #include <cordma/metrics.hpp>
+#include <cordma/trace.hpp>
 
 namespace cordma {
 
@@ -50,6 +53,9 @@ enum class pending_stage : std::uint8_t {
     /// A stream write waiting for the reader: room in its window, or its
     /// read of a large (zero-copy) write.
     stream_write,
+    /// An rpc call on the server (rpc::server): its request being read,
+    /// its handler running, or its answer being sent.
+    rpc_handler,
 };
 
 /// "waiting for a send-queue entry", "posted, waiting for its completion", ...
@@ -77,6 +83,9 @@ struct pending_operation {
     /// "all_reduce #5 on rank 1 of 4"; empty for a connection's
     /// operation, which `kind` names (a module's sets no kind: ignore it).
     std::string what;
+    /// An rpc call's trace id, on either end (call_options::trace; empty if
+    /// none).
+    trace_id trace{};
 };
 
 /// The pending operations of one or more event listeners, read at once.

@@ -44,6 +44,7 @@ const char* describe(pending_stage stage) noexcept {
     case pending_stage::posted: return "posted, waiting for its completion";
     case pending_stage::receive_posted: return "posted, waiting for the peer's message";
     case pending_stage::rpc_call: return "waiting for its answer";
+    case pending_stage::rpc_handler: return "being served";
     case pending_stage::collective: return "waiting for the other ranks";
     case pending_stage::stream_read: return "waiting for the peer's data";
     case pending_stage::stream_write: return "waiting for the reader (its window, or its read of a large write)";
@@ -110,7 +111,9 @@ std::string to_text(const stuck_report& report) {
         out += std::string(ms.size() < 9 ? 9 - ms.size() : 0, ' ') + ms + " ms  ";
         if (!p.what.empty())
             out += p.what + ", " + (p.bytes != 0 ? with_commas(p.bytes) + " B, " : std::string()) +
-                   (p.stage == pending_stage::stream_read ? "from " : "to ") + p.peer + ": " + describe(p.stage) + "\n";
+                   (p.stage == pending_stage::stream_read || p.stage == pending_stage::rpc_handler ? "from " : "to ") +
+                   p.peer + ": " + describe(p.stage) + (p.trace.empty() ? "" : ", trace " + p.trace.to_string()) +
+                   "\n";
         else
             out += std::string(name(p.kind)) + " " + with_commas(p.bytes) + " B, " +
                    (p.kind == operation_kind::recv ? "from " : "to ") + p.peer + " (qp " + std::to_string(p.qp_num) +

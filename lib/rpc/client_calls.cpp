@@ -27,16 +27,21 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
     c.began_tick = *turn_tick_;
     c.began_ms = *turn_ms_;
     c.request_size = request.size();
+    c.trace = o.trace;
     tally_.calls.add();
-    if (broken_) {
-        tally_.error(broken_->first);
-        throw rpc_error(broken_->first, what_call(c) + ": " + broken_->second);
+    if (!c.trace.empty()) {
+        std::string name;
+        c.span.open(span_of(c, name));
     }
-    if (request.size() > server_max_request_) {
-        tally_.error(rpc_errc::too_large);
-        throw rpc_error(rpc_errc::too_large, what_call(c) + ": a request of " + std::to_string(request.size()) +
-                                                 " bytes, over the server's max_request of " +
-                                                 std::to_string(server_max_request_));
+    // Refused at once: counted, and its span closed, as any other end.
+    if (broken_ || request.size() > server_max_request_) {
+        rpc_errc why = broken_ ? broken_->first : rpc_errc::too_large;
+        finish(c, why,
+               what_call(c) + ": " +
+                   (broken_ ? broken_->second
+                            : "a request of " + std::to_string(request.size()) +
+                                  " bytes, over the server's max_request of " + std::to_string(server_max_request_)));
+        throw rpc_error(why, c.message);
     }
     // Whatever ends the call (an answer, the deadline, the token, the
     // coroutine being destroyed) leaves nothing pointing at `c`.
@@ -49,6 +54,10 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
             if (!c->finished) {
                 c->finished = true;
                 self->tally_.error(rpc_errc::cancelled);
+                if (c->span.is_open()) {
+                    std::string name;
+                    c->span.close(self->span_of(*c, name), make_error_code(rpc_errc::cancelled));
+                }
             }
             self->forget(*c);
             if (c->has_credit && !c->sent) {  // never used: back to the next call
@@ -88,6 +97,10 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
         wire::header h;
         h.id = c.id;
         h.code = method;
+        // A server that does not read trace ids (an older cordma) gets
+        // none: the call's own span and stuck report still have it.
+        if (server_reads_traces_)
+            h.trace = c.trace;
         std::span<const std::byte> inline_bytes;
         std::string error;
         local_mr buffer;
@@ -105,7 +118,7 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
                 h.addr = reinterpret_cast<std::uint64_t>(request.data());
                 h.rkey = c.registration.rkey();
             }
-            header = wire::header_length(h.type);
+            header = wire::header_length(h);
             buffer = buffers_.take(header + inline_bytes.size());
             wire::encode(h, buffer.bytes());
             if (!inline_bytes.empty())

@@ -33,6 +33,7 @@ client_state::client_state(builder b, client_options options, cordma::connection
     turn_tick_ = cordma::detail::event_listener_access::turn_tick(*event_listener_);
     turn_ms_ = cordma::detail::event_listener_access::turn_ms(*event_listener_);
     qp_num_ = conn_.qp()->qp_num();
+    server_reads_traces_ = ((hello.code >> 16) & wire::hello_traces) != 0;
     pending_source_.emplace(event_listener_, &client_state::collect_pending, this);
     // Spare nodes for as many calls as the server lets run at once, and as
     // many waiting for a credit; beyond that a call may allocate its node.
@@ -243,6 +244,10 @@ void client_state::finish(pending_call& c, std::optional<rpc_errc> error, std::s
     }
     c.error = error;
     c.message = std::move(message);
+    if (c.span.is_open()) {
+        std::string name;
+        c.span.close(span_of(c, name), error ? make_error_code(*error) : std::error_code{});
+    }
     forget(c);
     if (c.waiter)
         c.waiter.resume();
@@ -333,6 +338,19 @@ task<void> client_state::close(std::string why) {
     co_await conn_.close();
 }
 
+span_info client_state::span_of(const pending_call& c, std::string& name) const {
+    name = "method " + std::to_string(c.method);
+    span_info s;
+    s.kind = span_kind::rpc_call;
+    s.trace = c.trace;
+    s.method = c.method;
+    s.name = name;
+    s.peer = peer_;
+    s.id = c.id;
+    s.bytes = c.request_size;
+    return s;
+}
+
 void client_state::collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out) {
     const auto* client = static_cast<const client_state*>(self);
     for (const auto& [id, c] : client->calls_) {
@@ -347,6 +365,7 @@ void client_state::collect_pending(const void* self, std::uint64_t now_ms, std::
         p.bytes = c->request_size;
         p.what = "rpc call #" + std::to_string(c->id) + " to method " + std::to_string(c->method) +
                  (c->sent ? "" : c->has_credit ? " (not sent yet)" : " (waiting for a credit to send)");
+        p.trace = c->trace;
         out.push_back(std::move(p));
     }
 }

@@ -25,6 +25,7 @@
 #include <cordma/receive_queue.hpp>
 
 #include "core/coarse_clock.hpp"
+#include "core/trace_span.hpp"
 #include "engine/pending_source.hpp"
 #include "link/elastic_receives.hpp"
 #include "rpc/client_tally.hpp"
@@ -62,6 +63,8 @@ struct pending_call {
     std::uint64_t began_tick = 0;  // the loop turn's ticks at its start (its latency)
     std::uint64_t began_ms = 0;    // ... and its coarse ms (its age in a stuck report)
     std::size_t request_size = 0;
+    trace_id trace;                        // the caller's (call_options::trace)
+    cordma::detail::traced_span span;      // open while a traced call runs
 };
 
 struct wait_for {
@@ -134,8 +137,11 @@ private:
     void watch_deadline(coarse_clock::time_point when);
     void on_deadline();
     std::string what_call(const pending_call& c) const {
-        return "cordma::rpc call " + std::to_string(c.id) + " of method " + std::to_string(c.method) + " to " + peer_;
+        return "cordma::rpc call " + std::to_string(c.id) + " of method " + std::to_string(c.method) + " to " + peer_ +
+               (c.trace.empty() ? "" : " (trace " + c.trace.to_string() + ")");
     }
+    /// A traced call's span, as the span hook sees it (`name` its storage).
+    span_info span_of(const pending_call& c, std::string& name) const;
     std::string too_large_for_buffer(const pending_call& c, std::size_t bytes) const {
         return what_call(c) + " (call_into): a response of " + std::to_string(bytes) +
                " bytes, larger than the call's response buffer of " + std::to_string(c.into.size()) +
@@ -162,6 +168,7 @@ private:
     std::uint32_t available_ = 0;  // credits not in use
     std::size_t server_eager_ = 0;
     std::uint64_t server_max_request_ = 0;
+    bool server_reads_traces_ = false;  // its hello's hello_traces
     remote_slice liveness_word_;
     local_mr liveness_local_;
     std::uint32_t next_id_ = 1;

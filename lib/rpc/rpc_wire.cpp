@@ -3,6 +3,9 @@
 // that encode() could not have written.
 #include "rpc/rpc_wire.hpp"
 
+#include <array>
+#include <cstring>
+
 #include "wire/byte_codec.hpp"
 
 namespace cordma::detail::rpc_wire {
@@ -16,12 +19,15 @@ std::size_t encode(const header& h, std::span<std::byte> out) noexcept {
     byte_writer w(out);
     w.u16(magic);
     w.u8(version);
-    w.u8(static_cast<std::uint8_t>(h.type));
+    bool traced = !h.trace.empty();
+    w.u8(static_cast<std::uint8_t>(static_cast<std::uint8_t>(h.type) | (traced ? traced_flag : 0)));
     w.u32(h.credits);
     if (carries_payload(h.type)) {
         w.u32(static_cast<std::uint32_t>(h.id));
         w.u32(h.code);
-        return inline_header_size;
+        if (traced)
+            w.bytes(h.trace.bytes());
+        return header_length(h);
     }
     w.u64(h.id);
     w.u32(h.code);
@@ -30,7 +36,9 @@ std::size_t encode(const header& h, std::span<std::byte> out) noexcept {
     w.u64(h.addr);
     w.u32(h.rkey);
     w.zeros(4);
-    return header_size;
+    if (traced)
+        w.bytes(h.trace.bytes());
+    return header_length(h);
 }
 
 std::optional<header> decode(std::span<const std::byte> bytes, std::string& why) {
@@ -50,6 +58,8 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
         return std::nullopt;
     }
     auto type = r.u8();
+    bool traced = (type & traced_flag) != 0;
+    type &= static_cast<std::uint8_t>(~traced_flag);
     if (type < 1 || type > last_type) {
         why = "a frame of unknown type " + std::to_string(type);
         return std::nullopt;
@@ -57,10 +67,30 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     header h;
     h.type = static_cast<frame>(type);
     h.credits = r.u32();
+    if (traced) {
+        if (h.type != frame::request && h.type != frame::request_rts) {
+            why = std::string("a ") + name(h.type) + " frame marked traced (only requests carry a trace id)";
+            return std::nullopt;
+        }
+        std::size_t at = header_length(h.type);
+        if (bytes.size() < at + trace_size) {
+            why = std::string("a traced ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +
+                  " bytes, shorter than its header and trace id (" + std::to_string(at + trace_size) + ")";
+            return std::nullopt;
+        }
+        std::array<std::byte, trace_size> id{};
+        std::memcpy(id.data(), bytes.data() + at, trace_size);
+        h.trace = trace_id(id);
+        if (h.trace.empty()) {
+            why = std::string("a traced ") + name(h.type) + " frame whose trace id is all zero";
+            return std::nullopt;
+        }
+    }
+    std::size_t trace_bytes = traced ? trace_size : 0;
     if (carries_payload(h.type)) {
         h.id = r.u32();
         h.code = r.u32();
-        h.size = bytes.size() - inline_header_size;
+        h.size = bytes.size() - inline_header_size - trace_bytes;
         return h;
     }
     if (bytes.size() < header_size) {
@@ -85,7 +115,7 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
         why = std::string("a ") + name(h.type) + " frame with call id " + std::to_string(h.id) + ", over 32 bits";
         return std::nullopt;
     }
-    if (bytes.size() != header_size) {
+    if (bytes.size() != header_size + trace_bytes) {
         why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +
               " bytes whose header says 0 bytes of payload";
         return std::nullopt;

@@ -10,6 +10,12 @@
 ///  0  u16 magic 0x5052 ("RP")     2  u8 version (2)     3  u8 type
 ///  4  u32 credits                 8  u32 id            12  u32 code
 ///
+/// A traced request or request_rts (a call given a trace id, trace.hpp)
+/// sets the type byte's high bit (traced_flag) and has the call's 16-byte
+/// trace id right after its header (before the payload of an inline one).
+/// Only requests carry one, and only to a server whose hello has
+/// hello_traces.
+///
 /// every other frame (48 bytes):
 ///  0  u16 magic 0x5052 ("RP")     2  u8 version (2)     3  u8 type
 ///  4  u32 credits: calls the sender hands back to the receiver (server to
@@ -57,6 +63,8 @@
 #include <span>
 #include <string>
 
+#include <cordma/trace.hpp>
+
 namespace cordma::detail::rpc_wire {
 
 inline constexpr std::uint16_t magic = 0x5052;
@@ -68,6 +76,13 @@ inline constexpr std::uint8_t version = 2;
 /// without a shared receive queue; out of its clients' budget, with one);
 /// the client may not send before. Every cordma server sets it.
 inline constexpr std::uint32_t hello_deferred_credits = 1;
+/// A server hello's flag (code >> 16): the server reads traced requests.
+inline constexpr std::uint32_t hello_traces = 2;
+/// The type byte's bit of a traced request: a 16-byte trace id follows
+/// the header.
+inline constexpr std::uint8_t traced_flag = 0x80;
+/// The bytes of a trace id after a traced request's header.
+inline constexpr std::size_t trace_size = 16;
 /// The header of every frame but an inline request or response.
 inline constexpr std::size_t header_size = 48;
 /// The header of an inline request or response.
@@ -100,6 +115,8 @@ struct header {
     std::uint64_t size = 0;
     std::uint64_t addr = 0;
     std::uint32_t rkey = 0;
+    /// A request's trace id (empty: untraced, as every other frame is).
+    trace_id trace{};
 };
 
 /// Whether frames of `type` carry `size` bytes of payload after the header.
@@ -112,13 +129,20 @@ constexpr std::size_t header_length(frame type) noexcept {
     return carries_payload(type) ? inline_header_size : header_size;
 }
 
-/// Writes `h` (header_length(h.type) bytes; h.id at most largest_id but in
+/// Bytes before the payload of `h`'s frame: its header, and a traced
+/// request's trace id.
+constexpr std::size_t header_length(const header& h) noexcept {
+    return header_length(h.type) + (h.trace.empty() ? 0 : trace_size);
+}
+
+/// Writes `h` (header_length(h) bytes, its trace id too if it has one; h.id at most largest_id but in
 /// a hello) at the front of `out` (at least that long); returns the bytes
 /// written.
 std::size_t encode(const header& h, std::span<std::byte> out) noexcept;
 /// The header of `frame` (all of the bytes that arrived), or nothing with
 /// the reason in `why`: too short, bad magic or version, unknown type,
-/// reserved bytes set, an id over 32 bits, a payload length that does not match the header, a
+/// reserved bytes set, a trace id on a frame other than a request (or an
+/// all-zero one), an id over 32 bits, a payload length that does not match the header, a
 /// rendezvous frame without a size (its key is the sender's business: a
 /// forged one fails the read, which closes that connection).
 std::optional<header> decode(std::span<const std::byte> frame, std::string& why);

@@ -107,9 +107,12 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         counts->calls.add();
     else
         view_->unknown.add();
+    // In the stuck report until it ends; a traced call's span meanwhile.
+    running_call running(running_, h.id, h.code, &s->peer, s->qp_num, *turn_ms_, h.size, h.trace);
+    running.open_span(entry != nullptr ? &entry->name : nullptr);
 
     if (h.type == wire::frame::request) {
-        payload = m.bytes().subspan(wire::inline_header_size);
+        payload = m.bytes().subspan(wire::header_length(h));
     } else {
         m.release();  // the frame is only its header: give the receive back at once
         if (h.size > options_.max_request) {
@@ -134,6 +137,7 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         large_mr = {};
         if (counts != nullptr)
             counts->fail(rpc_errc::protocol);
+        running.ended(make_error_code(rpc_errc::protocol));
         call_finished(*s);
         violation(s, "reading its request of " + std::to_string(h.size) + " bytes failed: " + message);
         co_return;
@@ -150,18 +154,19 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
             std::size_t cap = std::max(s->room_small, s->room_big);
             if (entry->fills)
                 reply = buffers_.take(wire::inline_header_size + cap);
+            running.at("in its handler");
             if (options_.executor) {
                 hopped = true;
                 co_await via_executor{&options_.executor};
             }
             if (entry->fills) {
-                reply_size = co_await entry->fills(request(payload, h.code, &s->peer),
+                reply_size = co_await entry->fills(request(payload, h.code, &s->peer, h.trace),
                                                    reply.bytes().subspan(wire::inline_header_size, cap));
                 if (reply_size > cap)
                     throw std::length_error("it returned " + std::to_string(reply_size) + " bytes for a reply of " +
                                             std::to_string(cap));
             } else {
-                response = co_await entry->returns(request(payload, h.code, &s->peer));
+                response = co_await entry->returns(request(payload, h.code, &s->peer, h.trace));
             }
         } catch (const std::exception& e) {
             status = static_cast<std::uint32_t>(rpc_errc::handler_failed);
@@ -254,6 +259,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     else if (counts != nullptr)
         counts->fail(static_cast<rpc_errc>(status));
     --s->active;
+    running.at("sending its answer");
+    running.ended(status == 0 ? std::error_code{} : make_error_code(static_cast<rpc_errc>(status)));
     if (reply)
         co_await send_buffer(s, out, std::move(reply), reply_size);
     else

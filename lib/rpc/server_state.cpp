@@ -34,6 +34,8 @@ server_state::server_state(builder& b, server_options options)
     : builder_(b), options_(std::move(options)), event_listener_(b.event_listener()), pd_(b.pd()), buffers_(b.pool()) {
     check_options(options_);
     turn_tick_ = cordma::detail::event_listener_access::turn_tick(*event_listener_);
+    turn_ms_ = cordma::detail::event_listener_access::turn_ms(*event_listener_);
+    pending_source_.emplace(event_listener_, &server_state::collect_pending, this);
     bool srq = options_.shared_receives && cordma::shared_receive_queue::supported(b);
     if (options_.shared_receives && !srq)
         cordma::detail::logf(log_level::warning,
@@ -55,7 +57,7 @@ server_state::server_state(builder& b, server_options options)
     // Credits always come in a credit frame: after the client's receives
     // are posted (without the SRQ), or out of the budget its clients share
     // (with it), which may have none free at the moment.
-    hello.code = wire::version | (wire::hello_deferred_credits << 16);
+    hello.code = wire::version | ((wire::hello_deferred_credits | wire::hello_traces) << 16);
     hello.size = options_.eager_size;
     hello.addr = options_.max_request;
     hello.id = reinterpret_cast<std::uint64_t>(heartbeat_.data());
@@ -387,6 +389,10 @@ void server_state::shut_down() noexcept {
 }
 
 server_metrics server_state::metrics() const { return view_->read(); }
+
+void server_state::collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out) {
+    static_cast<const server_state*>(self)->running_.collect(now_ms, out);
+}
 
 std::size_t server_state::clients() const {
     std::size_t n = 0;

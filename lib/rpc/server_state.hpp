@@ -29,7 +29,9 @@
 #include "engine/run_and_wait.hpp"
 #include "rpc/frame_buffers.hpp"
 #include "engine/counter.hpp"
+#include "engine/pending_source.hpp"
 #include "rpc/rpc_wire.hpp"
+#include "rpc/running_calls.hpp"
 #include "rpc/server_metrics_view.hpp"
 #include "log/logf.hpp"
 
@@ -202,6 +204,13 @@ private:
     std::vector<std::coroutine_handle<>> idle_waiters_;
     bool loops_started_ = false;
     bool shut_ = false;
+    // The calls being served (their entries in run_call's frames), and the
+    // loop's turn time that stamps them.
+    running_calls running_;
+    const std::uint64_t* turn_ms_ = nullptr;
+    /// Its calls in progress, for a stuck report (pending_source.hpp).
+    static void collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out);
+    std::optional<cordma::detail::pending_source_registration> pending_source_;  // last: leaves reports first
 };
 
 }  // namespace cordma::rpc::detail
