@@ -12,6 +12,7 @@
 /// //   2,310 ms  send 64 B to 10.0.0.2:7471 (qp 17): posted, waiting for its completion
 /// //   1,020 ms  rpc call #9 to method 3 (slow), 64 B, from 10.0.0.3:40112: running its handler,
 /// //             trace 4bf92f3577b34da6a3ce929d0e0e4736
+/// //     812 ms  request_remote_mr of 4,096 B, to 10.0.0.2:7471 (qp 19, agent): waiting for the peer's answer
 /// ```
 ///
 /// Ages come from the coarse clock each event listener reads once per turn
@@ -56,6 +57,11 @@ enum class pending_stage : std::uint8_t {
     /// An rpc call on the server (rpc::server): its request being read,
     /// its handler running, or its answer being sent.
     rpc_handler,
+    /// A call of the connection's memory-region agent (request_remote_mr,
+    /// send_local_mr, receive_remote_mr, send_remote_mr,
+    /// receive_local_mr): waiting for room in the agents' window, for the
+    /// peer's answer, or for the peer to grant or hand back a region.
+    agent_call,
 };
 
 /// "waiting for a send-queue entry", "posted, waiting for its completion", ...
@@ -78,8 +84,9 @@ struct pending_operation {
     /// The bytes it moves (its local buffers; 8 for an atomic; a
     /// module's call: its request or buffer).
     std::uint64_t bytes = 0;
-    /// A module's operation (stage rpc_call, collective, stream_read,
-    /// stream_write): what it is, e.g. "rpc call #17 to method 3 (slow)",
+    /// A module's operation or an agent call (every stage but the four
+    /// above): what it is, e.g. "rpc call #17 to method 3 (slow)",
+    /// "request_remote_mr, waiting for the peer's answer",
     /// "all_reduce #5 on rank 1 of 4"; empty for a connection's
     /// operation, which `kind` names (a module's sets no kind: ignore it).
     std::string what;

@@ -28,6 +28,10 @@ agent::agent(std::shared_ptr<event_listener> el, std::shared_ptr<memory_pool> po
       incoming_local_(waiter_queue<local_mr>::make(std::move(el))) {
     for (std::uint32_t i = 0; i < proto::window; ++i)
         slots_->push(true);
+    if (event_listener_) {
+        turn_ms_ = event_listener_access::turn_ms(*event_listener_);
+        pending_source_.emplace(event_listener_, &agent::collect_pending, this);
+    }
 }
 
 agent::~agent() = default;

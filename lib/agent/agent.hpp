@@ -29,6 +29,8 @@
 #include "agent/call_deadline.hpp"
 #include "agent/agent_protocol.hpp"
 #include "engine/connection_state.hpp"
+#include "engine/pending_list.hpp"
+#include "engine/pending_source.hpp"
 #include "engine/waiter_queue.hpp"
 
 namespace cordma::detail {
@@ -162,6 +164,27 @@ private:
     // (send_remote_mr), waiting for receive_remote_mr / receive_local_mr.
     std::shared_ptr<waiter_queue<remote_mr>> incoming_remote_;
     std::shared_ptr<waiter_queue<local_mr>> incoming_local_;
+
+    /// One call in progress, as the stuck reports list it (stage
+    /// agent_call): in its coroutine's frame, linked into calls_.
+    class call_entry : public pending_entry {
+    public:
+        call_entry(agent& a, const char* name, std::uint64_t bytes, const char* stage) noexcept;
+        /// Where it waits now.
+        void at(const char* stage) noexcept { stage_ = stage; }
+
+    private:
+        void describe(std::uint64_t now_ms, pending_operation& out) const override;
+        const agent* agent_;
+        const char* name_;
+        const char* stage_;
+        std::uint64_t began_ms_;
+        std::uint64_t bytes_;
+    };
+    pending_list calls_;
+    const std::uint64_t* turn_ms_ = nullptr;
+    static void collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out);
+    std::optional<pending_source_registration> pending_source_;  // last: leaves the reports first
 };
 
 /// The agent of a connection (null for one without: connection::adopt, a

@@ -18,6 +18,31 @@ namespace detail {
 
 namespace proto = agent_protocol;
 
+namespace {
+constexpr const char* waiting_for_room = "waiting for room in the agents' window";
+}  // namespace
+
+agent::call_entry::call_entry(agent& a, const char* name, std::uint64_t bytes, const char* stage) noexcept
+    : pending_entry(a.calls_), agent_(&a), name_(name), stage_(stage),
+      began_ms_(a.turn_ms_ != nullptr ? *a.turn_ms_ : 0), bytes_(bytes) {}
+
+void agent::call_entry::describe(std::uint64_t now_ms, pending_operation& p) const {
+    p.peer = agent_->peer_;
+    p.qp_num = agent_->control_ ? agent_->control_.qp()->qp_num() : 0;
+    p.role = "agent";
+    p.stage = pending_stage::agent_call;
+    p.age = age_of(now_ms, began_ms_);
+    p.bytes = bytes_;
+    // Before the agent's queue pair is up, a call waits for it to connect.
+    p.what = std::string(name_) + ", " +
+             (!agent_->attached_ && stage_ == waiting_for_room ? "waiting for the agent's queue pair to connect"
+                                                                : stage_);
+}
+
+void agent::collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out) {
+    static_cast<const agent*>(self)->calls_.collect(now_ms, out);
+}
+
 task<remote_mr> agent::request_remote_mr(std::size_t size, std::size_t alignment, std::chrono::milliseconds lease,
                                          access_flags access, agent_call call) {
     auto self = shared_from_this();
@@ -27,7 +52,9 @@ task<remote_mr> agent::request_remote_mr(std::size_t size, std::size_t alignment
         throw std::invalid_argument(what + " from " + peer_ +
                                     ": access must include remote_read, remote_write or remote_atomic");
     call_deadline deadline(*event_listener_, call, call_timeout_);
+    call_entry entry(*this, name, size, waiting_for_room);
     co_await acquire_slot_within(deadline, name, "the request", "Nothing was sent; the connection stays up.");
+    entry.at("waiting for the peer's answer");
     std::uint32_t id = next_request_id_++;
     if (next_request_id_ == 0)
         next_request_id_ = 1;  // 0 on the wire means "unsolicited"
@@ -74,7 +101,9 @@ task<void> agent::send_local_mr(local_slice region, std::chrono::milliseconds le
                                     ", agent_limits::allowed_access (with builder::remote_access) allows " +
                                     to_string(limits_.allowed_access & remote_bits));
     call_deadline deadline(*event_listener_, call, call_timeout_);
+    call_entry entry(*this, name, region.size(), waiting_for_room);
     co_await acquire_slot_within(deadline, name, "the grant", "Nothing was granted; the connection stays up.");
+    entry.at("sending the grant");
     proto::grant_mr g;
     std::uint64_t id = add_grant(std::move(region), granted, lease, g);
     try {
@@ -90,6 +119,7 @@ task<T> agent::receive_within(waiter_queue<T>& queue, agent_call call, const cha
                               const char* waiting_for, const char* outcome) {
     auto self = shared_from_this();
     call_deadline deadline(*event_listener_, call, call_timeout_);
+    call_entry entry(*this, name, 0, waiting_for);
     std::stop_token token = deadline.token();
     std::optional<T> r;
     try {
@@ -127,7 +157,9 @@ task<void> agent::send_remote_mr(remote_mr region, agent_call call) {
     if (!region)
         throw std::invalid_argument("send_remote_mr to " + peer_ + ": an empty remote_mr (moved from?)");
     call_deadline deadline(*event_listener_, call, call_timeout_);
+    call_entry entry(*this, name, region.size(), waiting_for_room);
     co_await acquire_slot_within(deadline, name, "the hand-back", "The region is released instead; the connection stays up.");
+    entry.at("sending the hand-back");
     if (region.expired()) {
         slots_->push(true);  // the slot goes unused
         throw std::system_error(std::make_error_code(std::errc::timed_out),

@@ -45,6 +45,7 @@ const char* describe(pending_stage stage) noexcept {
     case pending_stage::receive_posted: return "posted, waiting for the peer's message";
     case pending_stage::rpc_call: return "waiting for its answer";
     case pending_stage::rpc_handler: return "being served";
+    case pending_stage::agent_call: return "an agent call";
     case pending_stage::collective: return "waiting for the other ranks";
     case pending_stage::stream_read: return "waiting for the peer's data";
     case pending_stage::stream_write: return "waiting for the reader (its window, or its read of a large write)";
@@ -109,7 +110,13 @@ std::string to_text(const stuck_report& report) {
     for (const pending_operation& p : report.oldest) {
         std::string ms = with_commas(static_cast<std::uint64_t>(p.age.count()));
         out += std::string(ms.size() < 9 ? 9 - ms.size() : 0, ' ') + ms + " ms  ";
-        if (!p.what.empty())
+        if (p.stage == pending_stage::agent_call) {
+            // what: "request_remote_mr, waiting for the peer's answer".
+            auto comma = p.what.find(", ");
+            out += p.what.substr(0, comma) + (p.bytes != 0 ? " of " + with_commas(p.bytes) + " B" : std::string()) +
+                   ", to " + p.peer + " (qp " + std::to_string(p.qp_num) + ", " + p.role + "): " +
+                   (comma == std::string::npos ? describe(p.stage) : p.what.substr(comma + 2)) + "\n";
+        } else if (!p.what.empty())
             out += p.what + ", " + (p.bytes != 0 ? with_commas(p.bytes) + " B, " : std::string()) +
                    (p.stage == pending_stage::stream_read || p.stage == pending_stage::rpc_handler ? "from " : "to ") +
                    p.peer + ": " + describe(p.stage) + (p.trace.empty() ? "" : ", trace " + p.trace.to_string()) +

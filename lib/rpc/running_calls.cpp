@@ -1,5 +1,5 @@
-// running_calls: an rpc server's calls in progress, linked through their
-// coroutine frames (running_calls.hpp), and their spans.
+// running_calls: an rpc server's calls in progress, as its stuck report
+// lists them, and their spans (running_calls.hpp).
 #include "rpc/running_calls.hpp"
 
 #include <cordma/rpc.hpp>
@@ -8,25 +8,15 @@
 
 namespace cordma::rpc::detail {
 
-running_call::running_call(running_calls& list, std::uint64_t id, std::uint32_t method, const std::string* peer,
-                           std::uint32_t qp_num, std::uint64_t began_ms, std::uint64_t bytes,
+running_call::running_call(cordma::detail::pending_list& list, std::uint64_t id, std::uint32_t method,
+                           const std::string* peer, std::uint32_t qp_num, std::uint64_t began_ms, std::uint64_t bytes,
                            const trace_id& trace) noexcept
-    : list_(&list), next_(list.head_), id_(id), method_(method), peer_(peer), qp_num_(qp_num), began_ms_(began_ms),
-      bytes_(bytes), trace_(trace), outcome_(make_error_code(rpc_errc::cancelled)) {
-    if (next_ != nullptr)
-        next_->prev_ = this;
-    list.head_ = this;
-}
+    : pending_entry(list), id_(id), method_(method), peer_(peer), qp_num_(qp_num), began_ms_(began_ms), bytes_(bytes),
+      trace_(trace), outcome_(make_error_code(rpc_errc::cancelled)) {}
 
 running_call::~running_call() {
     if (span_.is_open())
         span_.close(span(), outcome_);
-    if (prev_ != nullptr)
-        prev_->next_ = next_;
-    else
-        list_->head_ = next_;
-    if (next_ != nullptr)
-        next_->prev_ = prev_;
 }
 
 void running_call::open_span(const std::string* method_name) noexcept {
@@ -48,21 +38,16 @@ span_info running_call::span() const noexcept {
     return s;
 }
 
-void running_calls::collect(std::uint64_t now_ms, std::vector<pending_operation>& out) const {
-    for (const running_call* c = head_; c != nullptr; c = c->next_) {
-        pending_operation p;
-        p.peer = *c->peer_;
-        p.qp_num = c->qp_num_;
-        p.role = "data";
-        p.stage = pending_stage::rpc_handler;
-        p.age = cordma::detail::age_of(now_ms, c->began_ms_);
-        p.bytes = c->bytes_;
-        p.what = "rpc call #" + std::to_string(c->id_) + " to method " + std::to_string(c->method_) +
-                 (c->method_name_ != nullptr && !c->method_name_->empty() ? " (" + *c->method_name_ + ")" : "") +
-                 ", " + c->phase_;
-        p.trace = c->trace_;
-        out.push_back(std::move(p));
-    }
+void running_call::describe(std::uint64_t now_ms, pending_operation& p) const {
+    p.peer = *peer_;
+    p.qp_num = qp_num_;
+    p.role = "data";
+    p.stage = pending_stage::rpc_handler;
+    p.age = cordma::detail::age_of(now_ms, began_ms_);
+    p.bytes = bytes_;
+    p.what = "rpc call #" + std::to_string(id_) + " to method " + std::to_string(method_) +
+             (method_name_ != nullptr && !method_name_->empty() ? " (" + *method_name_ + ")" : "") + ", " + phase_;
+    p.trace = trace_;
 }
 
 }  // namespace cordma::rpc::detail

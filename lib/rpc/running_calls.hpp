@@ -1,33 +1,27 @@
 #pragma once
-/// The calls an rpc server is serving (from a request's arrival to its
-/// answer's send), for its part of the stuck reports, and each traced
-/// call's span (trace.hpp). Each call's entry lives in its run_call
-/// coroutine's frame and is linked into its server's list: O(1) in and
-/// out, no allocation. Event listener thread.
+/// A call an rpc server is serving (from its request's arrival to its
+/// answer's send): its entry in the server's part of the stuck reports
+/// (engine/pending_list.hpp), and a traced call's span (trace.hpp). Lives
+/// in its run_call coroutine's frame. Event listener thread.
 
 #include <cstdint>
 #include <string>
 #include <system_error>
-#include <vector>
 
 #include <cordma/stuck_report.hpp>
 #include <cordma/trace.hpp>
 
 #include "core/trace_span.hpp"
+#include "engine/pending_list.hpp"
 
 namespace cordma::rpc::detail {
 
-class running_calls;
-
-/// One call being served; links itself into `list` for its life.
-class running_call {
+class running_call : public cordma::detail::pending_entry {
 public:
-    running_call(running_calls& list, std::uint64_t id, std::uint32_t method, const std::string* peer,
+    running_call(cordma::detail::pending_list& list, std::uint64_t id, std::uint32_t method, const std::string* peer,
                  std::uint32_t qp_num, std::uint64_t began_ms, std::uint64_t bytes, const trace_id& trace) noexcept;
-    /// Unlinks it; closes its span if open (with `outcome`).
+    /// Closes its span if open (with `outcome`).
     ~running_call();
-    running_call(const running_call&) = delete;
-    running_call& operator=(const running_call&) = delete;
 
     /// Opens its span (a traced call, a hook set), under the method's name.
     void open_span(const std::string* method_name) noexcept;
@@ -37,12 +31,9 @@ public:
     void ended(std::error_code outcome) noexcept { outcome_ = outcome; }
 
 private:
-    friend class running_calls;
+    void describe(std::uint64_t now_ms, pending_operation& out) const override;
     span_info span() const noexcept;
 
-    running_calls* list_;
-    running_call* prev_ = nullptr;
-    running_call* next_ = nullptr;
     std::uint64_t id_;
     std::uint32_t method_;
     const std::string* peer_;
@@ -54,17 +45,6 @@ private:
     const char* phase_ = "reading its request";
     std::error_code outcome_;
     cordma::detail::traced_span span_;
-};
-
-/// A server's calls being served.
-class running_calls {
-public:
-    /// Each as a pending operation (stage rpc_handler), for a stuck report.
-    void collect(std::uint64_t now_ms, std::vector<pending_operation>& out) const;
-
-private:
-    friend class running_call;
-    running_call* head_ = nullptr;
 };
 
 }  // namespace cordma::rpc::detail

@@ -206,7 +206,7 @@ private:
     bool shut_ = false;
     // The calls being served (their entries in run_call's frames), and the
     // loop's turn time that stamps them.
-    running_calls running_;
+    cordma::detail::pending_list running_;
     const std::uint64_t* turn_ms_ = nullptr;
     /// Its calls in progress, for a stuck report (pending_source.hpp).
     static void collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out);
