@@ -61,7 +61,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     if (!why.empty())
         die("decode accepted a frame but set a reason", why);
-    std::size_t header = wire::header_length(h->type);
+    // A traced data or rts frame's header runs on through its trace id.
+    std::size_t header = wire::header_length(*h);
+    if (!h->trace.empty() && h->type != wire::frame::data && h->type != wire::frame::rts)
+        die("decode accepted a trace id on a frame that is not data or rts", wire::name(h->type));
     if (size < header)
         die("decode accepted a frame shorter than its header", std::to_string(size) + " bytes");
 
@@ -73,8 +76,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         die("decode accepted an unknown frame type or op",
             std::to_string(static_cast<int>(h->type)) + ", " + std::to_string(static_cast<int>(h->op)));
 
-    std::byte out[wire::header_size];
-    if (wire::encode(*h, std::span<std::byte, wire::header_size>(out)) != header)
+    std::byte out[wire::header_size + wire::trace_size];
+    if (wire::encode(*h, std::span<std::byte>(out)) != header)
         die("encode wrote a header of another length than header_length", wire::name(h->type));
     if (std::memcmp(out, data, header) != 0)
         die("re-encoding the decoded header changed its bytes", wire::name(h->type));

@@ -64,7 +64,7 @@ void write(const std::string& target, const std::string& name, const void* data,
 // The link's frames: a header, and for data and abort frames the payload.
 void link_frame(const std::string& name, lw::header h, const std::string& payload = {}) {
     h.size = (h.type == lw::frame::data || h.type == lw::frame::abort) ? payload.size() : h.size;
-    std::byte head[lw::header_size];
+    std::byte head[lw::header_size + lw::trace_size];
     std::size_t n = lw::encode(h, head);
     std::vector<std::byte> bytes(head, head + n);
     bytes.resize(n + payload.size());
@@ -87,6 +87,7 @@ void link_wire_seeds() {
     h.seq = 64;
     h.size = 0x9e3779b97f4a7c15ull;
     h.addr = 8192;
+    h.rkey = 1;  // hello_reads_traces
     link_frame("hello_group", h);
     // The C API's and a stream's hello: size = the module's mark
     // (link_hello.hpp), seq = window, addr = inline size.
@@ -95,6 +96,7 @@ void link_wire_seeds() {
     h.seq = 32;
     h.size = 0x4341504900000001ull;  // c_api_hello_mark
     h.addr = 4096;
+    h.rkey = 1;  // hello_reads_traces
     link_frame("hello_c_api", h);
     h.size = 0x5354524d00000001ull;  // stream_hello_mark
     link_frame("hello_stream", h);
@@ -119,6 +121,9 @@ void link_wire_seeds() {
     h.op = lw::op::stream;
     h.seq = 9;
     link_frame("data_stream", h, "stream bytes");
+    h.trace = cordma::trace_id::parse("4bf92f3577b34da6a3ce929d0e0e4736").value();
+    link_frame("data_stream_traced", h, "traced stream bytes");
+    h.trace = {};
     h.extra = 1;  // a stream's end: no bytes
     link_frame("stream_end", h);
     h = {};
@@ -130,6 +135,9 @@ void link_wire_seeds() {
     h.addr = 0x7f0012345000ull;
     h.rkey = 0x1234;
     link_frame("rts_all_gather", h);
+    h.trace = cordma::trace_id::parse("0af7651916cd43dd8448eb211c80319c").value();
+    link_frame("rts_all_gather_traced", h);
+    h.trace = {};
     h.type = lw::frame::fin;
     h.acked = 5;
     link_frame("fin", h);

@@ -4,6 +4,7 @@
 // nobody has taken yet, refusals that lose nothing, deadlines that leave
 // the group whole, and a peer that leaves named.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,9 @@
 #include <cordma/pending.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
+#include <cordma/trace.hpp>
+
+#include <atomic>
 
 #include "support/group_ranks.hpp"
 
@@ -50,8 +54,25 @@ void fill(local_slice s, int from, std::uint32_t tag, int i) {
         s.data()[k] = byte_of(from, tag, i, k);
 }
 
+/// Message i of (from, tag)'s trace id: its numbers in the id's bytes; every
+/// third untraced.
+trace_id trace_of(int from, std::uint32_t tag, int i) {
+    if (i % 3 == 2)
+        return {};
+    std::array<std::byte, 16> bytes{};
+    bytes[0] = std::byte(from + 1);
+    bytes[1] = std::byte(tag);
+    bytes[2] = std::byte(i);
+    bytes[15] = std::byte{0x5a};
+    return trace_id(bytes);
+}
+
 /// "" if `got` (m bytes in `in`) is message i of (from, tag), else what is wrong.
 std::string check(const message_info& m, const local_mr& in, int from, std::uint32_t tag, int i) {
+    if (m.trace != trace_of(from, tag, i))
+        return "message " + std::to_string(i) + " of tag " + std::to_string(tag) + " from rank " +
+               std::to_string(from) + " has trace id '" + m.trace.to_string() + "', expected '" +
+               trace_of(from, tag, i).to_string() + "'";
     if (m.source != from || m.tag != tag)
         return "message " + std::to_string(i) + " came from rank " + std::to_string(m.source) + " tag " +
                std::to_string(m.tag) + ", expected rank " + std::to_string(from) + " tag " + std::to_string(tag);
@@ -67,6 +88,30 @@ std::string check(const message_info& m, const local_mr& in, int from, std::uint
 
 constexpr int per_flow = 20;
 
+const trace_id barrier_trace = *trace_id::parse("0af7651916cd43dd8448eb211c80319c");
+group_call barrier_call() {
+    group_call c;
+    c.trace = barrier_trace;
+    return c;
+}
+
+/// Collective spans heard (span hook): opened, and closed without error,
+/// with barrier_trace; anything else heard.
+std::atomic<int> collective_opened{0}, collective_closed_ok{0}, other_spans{0};
+std::uint64_t on_open(void*, const span_info& s) {
+    if (s.kind == span_kind::collective && s.trace == barrier_trace && s.name == "barrier")
+        ++collective_opened;
+    else
+        ++other_spans;
+    return 7;
+}
+void on_close(void*, std::uint64_t handle, const span_info& s, const std::error_code& outcome) {
+    if (handle == 7 && s.kind == span_kind::collective && !outcome)
+        ++collective_closed_ok;
+    else
+        ++other_spans;
+}
+
 /// Starts every message of two flows (tags 7 and 8) to rank 0 at once.
 task<void> send_flows(group g) {
     std::vector<local_mr> buffers;
@@ -75,10 +120,12 @@ task<void> send_flows(group g) {
         for (int i = 0; i < per_flow; ++i) {
             buffers.push_back(g.allocate(length_of(tag, i)));
             fill(buffers.back(), g.rank(), tag, i);
-            sent.push_back(g.start_send(0, buffers.back(), tag));
+            group_call call;
+            call.trace = trace_of(g.rank(), tag, i);
+            sent.push_back(g.start_send(0, buffers.back(), tag, call));
         }
-    // A collective while rank 0 has taken none of them yet.
-    co_await g.barrier();
+    // A collective while rank 0 has taken none of them yet (traced).
+    co_await g.barrier(barrier_call());
     for (auto& s : sent)
         co_await s.wait();
 }
@@ -87,7 +134,7 @@ task<void> send_flows(group g) {
 /// messages as they come, whatever their tag.
 task<std::vector<std::string>> take_flows(group g) {
     std::vector<std::string> problems;
-    co_await g.barrier();
+    co_await g.barrier(barrier_call());
     local_mr in = g.allocate(20000);
     for (std::uint32_t tag : {8u, 7u})
         for (int i = 0; i < per_flow; ++i) {
@@ -112,8 +159,15 @@ TEST_CASE("messages arrive in order per source and tag, tags apart, and collecti
     // 0 takes any, with a barrier between: rank 0 keeps them aside (copies
     // of the small ones, the announcements of the large ones) and the
     // barrier is not held up behind them.
+    // Each message carries its sender's trace id (one in three none), to
+    // rank 0's message_info, whichever way it came (inline, read from the
+    // sender, kept aside); the traced barrier opens one span per rank.
     auto hosts = host_list(3);
     std::vector<std::string> problems;
+    set_span_hook({&on_open, &on_close, nullptr});
+    struct unhook {
+        ~unhook() { set_span_hook({}); }
+    } unhooking;
     auto failures = run_ranks(3, [&](int r) {
         group g = form(hosts, r);
         if (r == 0)
@@ -127,6 +181,9 @@ TEST_CASE("messages arrive in order per source and tag, tags apart, and collecti
     for (const auto& p : problems)
         FAIL_CHECK(p);
     CHECK(problems.empty());
+    CHECK(collective_opened == 3);
+    CHECK(collective_closed_ok == 3);
+    CHECK(other_spans == 0);  // untraced calls (the closing barrier, the sends' frames) open none
 }
 
 TEST_CASE("a recv too small or out of time takes nothing, and the group goes on", "[group]") {

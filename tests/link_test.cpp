@@ -12,6 +12,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cordma/trace.hpp>
+
 #include "link/link_wire.hpp"
 
 using namespace cordma;
@@ -135,4 +137,69 @@ TEST_CASE("a link frame header round-trips, and decode refuses one with its rese
         CHECK_THAT(why, Catch::Contains("the link's magic number"));
         CHECK(why.find("group") == std::string::npos);
     }
+}
+
+TEST_CASE("a traced data or rts frame carries its trace id after its header, and only those may", "[wire][link][trace]") {
+    namespace wire = detail::link_wire;
+    std::string why;
+    auto id = *trace_id::parse("4bf92f3577b34da6a3ce929d0e0e4736");
+    auto frame_of = [](const wire::header& h, std::size_t payload) {
+        std::vector<std::byte> bytes(wire::header_length(h) + payload, std::byte{0x5a});
+        CHECK(wire::encode(h, bytes) == wire::header_length(h));
+        return bytes;
+    };
+    wire::header data;
+    data.op = wire::op::stream;
+    data.seq = 3;
+    data.size = 10;
+    data.trace = id;
+    CHECK(wire::header_length(data) == 40);
+    auto bytes = frame_of(data, 10);
+    CHECK(bytes[2] == std::byte{0x82});  // data (2), the traced bit
+    CHECK(bytes[24] == std::byte{0x4b});
+    CHECK(bytes[39] == std::byte{0x36});
+    auto back = wire::decode(bytes, why);
+    REQUIRE(back);
+    CHECK(back->trace == id);
+    CHECK(back->size == 10);
+    CHECK(wire::payload(bytes, *back).data() == bytes.data() + 40);
+
+    wire::header rts = data;
+    rts.type = wire::frame::rts;
+    rts.size = 1 << 20;
+    rts.addr = 0x7f0000004000ull;
+    rts.rkey = 0x42;
+    CHECK(wire::header_length(rts) == 64);
+    back = wire::decode(frame_of(rts, 0), why);
+    REQUIRE(back);
+    CHECK(back->trace == id);
+    CHECK(back->rkey == 0x42);
+    CHECK(back->size == 1u << 20);
+
+    // A fin (or any other control frame) given a trace is encoded without.
+    wire::header fin = rts;
+    fin.type = wire::frame::fin;
+    std::vector<std::byte> fin_bytes(64);
+    CHECK(wire::encode(fin, fin_bytes) == 48);
+    fin_bytes.resize(48);
+    back = wire::decode(fin_bytes, why);
+    REQUIRE(back);
+    CHECK(back->trace.empty());
+
+    auto rejected = [&](std::vector<std::byte> b, const char* expected) {
+        INFO(expected);
+        why.clear();
+        CHECK_FALSE(wire::decode(b, why));
+        CHECK_THAT(why, Catch::Contains(expected));
+    };
+    auto b = frame_of(data, 0);
+    b.resize(39);
+    rejected(b, "shorter than its 24-byte header and trace id");
+    b = frame_of(data, 0);
+    std::fill(b.begin() + 24, b.begin() + 40, std::byte{0});
+    rejected(b, "trace id is all zero");
+    b = fin_bytes;
+    b[2] |= std::byte{0x80};
+    rejected(b, "a fin frame marked traced");
+    rejected(frame_of(rts, 1), "whose header says 0 bytes of payload");
 }

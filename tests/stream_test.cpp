@@ -29,6 +29,7 @@
 #include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
+#include <cordma/trace.hpp>
 #include <cordma/when_all.hpp>
 
 #define CORDMA_DEFINE_ALLOCATION_COUNTER
@@ -469,6 +470,69 @@ TEST_CASE("small writes made while the window is full go as one frame per batch"
     CHECK(page_value("cordma_stream_frames_received_total") - received_before == read_side.frames_received);
     CHECK(page_value("cordma_stream_credit_stalls_total") - stalls_before == write_side.credit_stalls);
     CHECK(page_value("cordma_stream_bytes_written_total") - written_before == writes * size);
+}
+
+namespace {
+std::atomic<int> stream_spans_opened{0}, stream_spans_closed_ok{0}, stream_spans_other{0};
+std::uint64_t count_open(void*, const span_info& s) {
+    ++(s.kind == span_kind::stream_write && s.name == "stream write" && s.bytes == 10 ? stream_spans_opened
+                                                                                        : stream_spans_other);
+    return 0;
+}
+void count_close(void*, std::uint64_t, const span_info& s, const std::error_code& outcome) {
+    ++(s.kind == span_kind::stream_write && !outcome ? stream_spans_closed_ok : stream_spans_other);
+}
+}  // namespace
+
+TEST_CASE("a traced stream's frames carry the writer's trace id to the reader, one per frame, batches cut at a change",
+          "[stream][trace]") {
+    // 3 x 5,000 writes of 10 B: untraced, then under trace A, then B. The
+    // writer outruns the reader (one event listener), so most go in
+    // batches; a batch never mixes two traces. The reader reads them back
+    // 10 B at a time and sees each write's trace.
+    builder b = test_builder();
+    stream_listener l = stream::serve(b, any_port());
+    const trace_id a = *trace_id::parse("4bf92f3577b34da6a3ce929d0e0e4736");
+    const trace_id c = *trace_id::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+    constexpr int per_phase = 5000;
+    set_span_hook({&count_open, &count_close, nullptr});
+    struct unhook {
+        ~unhook() { set_span_hook({}); }
+    } unhooking;
+    auto server = [](stream_listener& l, trace_id a, trace_id c) -> task<std::vector<int>> {
+        stream s = co_await l.accept();
+        std::vector<int> wrong(3);  // reads whose trace was not their phase's, by phase
+        std::array<std::byte, 10> chunk;
+        for (int i = 0; i < 3 * per_phase; ++i) {
+            co_await s.read_exactly(chunk);
+            int phase = i / per_phase;
+            trace_id want = phase == 0 ? trace_id{} : phase == 1 ? a : c;
+            if (s.peer_trace() != want)
+                ++wrong[static_cast<std::size_t>(phase)];
+        }
+        co_await s.close();
+        co_return wrong;
+    };
+    auto client = [](builder b, std::string address, trace_id a, trace_id c) -> task<stream_statistics> {
+        stream s = co_await stream::connect(b, address);
+        std::array<std::byte, 10> chunk{};
+        for (int i = 0; i < 3 * per_phase; ++i) {
+            if (i == per_phase)
+                s.set_trace(a);
+            if (i == 2 * per_phase)
+                s.set_trace(c);
+            co_await s.write(std::span<const std::byte>(chunk));
+        }
+        CHECK(s.trace() == c);
+        co_await s.close();
+        co_return s.statistics();
+    };
+    auto [wrong, written] = sync_wait(when_all(server(l, a, c), client(b, l.address(), a, c)));
+    CHECK(wrong == std::vector<int>{0, 0, 0});
+    CHECK(written.frames_sent < 3 * per_phase / 10);  // batched, still
+    CHECK(stream_spans_opened == 2 * per_phase);      // one per traced write, none for the rest
+    CHECK(stream_spans_closed_ok == 2 * per_phase);
+    CHECK(stream_spans_other == 0);
 }
 
 TEST_CASE("a peer process killed mid-stream fails the reader promptly", "[stream]") {

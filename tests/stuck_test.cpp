@@ -26,8 +26,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <cordma/agent_call.hpp>
 #include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
+#include <cordma/error.hpp>
 #include <cordma/group.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/log.hpp>
@@ -94,6 +96,8 @@ struct span_log {
     std::uint64_t next = 1;
 
     static std::uint64_t open(void* self, const span_info& s) {
+        if (s.kind != span_kind::rpc_call && s.kind != span_kind::rpc_handler)
+            return 0;  // the barrier's (the rpc call's are what is checked)
         auto* log = static_cast<span_log*>(self);
         std::lock_guard g(log->lock);
         std::uint64_t handle = log->next++;
@@ -103,6 +107,8 @@ struct span_log {
         return handle;
     }
     static void close(void* self, std::uint64_t handle, const span_info& s, const std::error_code& outcome) {
+        if (handle == 0)
+            return;
         auto* log = static_cast<span_log*>(self);
         std::lock_guard g(log->lock);
         log->events.push_back("close " + std::string(to_string(s.kind)) + " " + std::to_string(handle) + " " +
@@ -209,6 +215,84 @@ TEST_CASE("a stopped peer's 120 waiting operations are named with their stages a
     CHECK(to_text(b.stuck()) == "cordma: no operation pending\n");
 }
 
+TEST_CASE("an agent's calls are named while they wait: for the stopped peer's answer, for a grant", "[stuck][agent]") {
+    builder b;
+    listener l = b.listen(any_port());
+    peer_process peer({"sleep", l.address()});
+    connection conn = sync_wait(l.accept());
+    // One call answered first: the agent's queue pair is up (it connects
+    // in the background after accept) and the peer's agent serves.
+    CHECK(sync_wait(conn.request_remote_mr(64)).size() == 64);
+    peer.stop();  // SIGSTOP: its agent answers nothing from now on
+    std::stop_source stop;
+    std::atomic<int> cancelled{0};
+    auto call = [&] {
+        agent_call c;
+        c.stop = stop.get_token();
+        return c;
+    };
+    std::thread asking([&] {
+        try {
+            sync_wait(conn.request_remote_mr(4096, 64, {}, access_flags::remote_write, call()));
+        } catch (const operation_cancelled&) {
+            ++cancelled;
+        }
+    });
+    std::thread receiving([&] {
+        try {
+            sync_wait(conn.receive_remote_mr(call()));
+        } catch (const operation_cancelled&) {
+            ++cancelled;
+        }
+    });
+    struct joined {
+        std::stop_source& stop;
+        std::thread& a;
+        std::thread& b;
+        ~joined() {
+            stop.request_stop();
+            a.join();
+            b.join();
+        }
+    } joining{stop, asking, receiving};
+
+    auto agent_calls = [&](const stuck_report& r) {
+        std::vector<pending_operation> found;
+        for (const pending_operation& p : r.oldest)
+            if (p.stage == pending_stage::agent_call && p.age >= 200ms)
+                found.push_back(p);
+        return found;
+    };
+    stuck_report r;
+    REQUIRE(eventually([&] {
+        r = b.stuck(50);
+        return agent_calls(r).size() == 2;
+    }));
+    std::string text = to_text(r);
+    INFO(text);
+    for (const pending_operation& p : agent_calls(r)) {
+        CHECK(p.peer == conn.peer());
+        CHECK(p.role == "agent");
+        CHECK(p.qp_num != 0);
+        CHECK(p.qp_num != conn.qp()->qp_num());  // the agent's own (control) queue pair
+    }
+    CHECK_THAT(text, Catch::Contains("request_remote_mr of 4,096 B, to " + conn.peer() + " (qp "));
+    CHECK_THAT(text, Catch::Contains(", agent): waiting for the peer's answer"));
+    CHECK_THAT(text, Catch::Contains("receive_remote_mr, to " + conn.peer() + " (qp "));
+    CHECK_THAT(text, Catch::Contains(", agent): waiting for the peer to grant a region (send_local_mr)"));
+    std::printf("%s", to_text(r).c_str());  // a real capture (docs/observability.md)
+
+    // Stopped: both end, and leave the report.
+    stop.request_stop();
+    asking.join();
+    receiving.join();
+    asking = std::thread([] {});
+    receiving = std::thread([] {});
+    CHECK(cancelled == 2);
+    CHECK(eventually([&] { return agent_calls(b.stuck(50)).empty(); }));
+    REQUIRE(kill(peer.pid, SIGKILL) == 0);
+}
+
 TEST_CASE("the modules' waits are named: an rpc call (both ends, traced), a stream read, a collective",
           "[stuck][trace]") {
     builder sb = test::test_builder();
@@ -296,7 +380,9 @@ TEST_CASE("the modules' waits are named: an rpc call (both ends, traced), a stre
             if (r == 1)
                 while (!rank1_go.load())
                     std::this_thread::sleep_for(10ms);
-            sync_wait(g.barrier());
+            group_call call;
+            call.trace = traced;  // shows beside the barrier in rank 0's entry
+            sync_wait(g.barrier(call));
             sync_wait(g.close());
         });
     });
@@ -332,7 +418,8 @@ TEST_CASE("the modules' waits are named: an rpc call (both ends, traced), a stre
     int traced_ops = 0;
     for (const pending_operation& p : r.oldest)
         traced_ops += p.trace == traced ? 1 : 0;
-    CHECK(traced_ops == 2);
+    CHECK(traced_ops == 3);  // the call on both ends, and the barrier
+    CHECK_THAT(text, Catch::Contains(": waiting for the other ranks, trace 4bf92f3577b34da6a3ce929d0e0e4736"));
     CHECK(handler_saw_trace == 1);
     stuck_report modules;  // the three, for a capture (docs/observability.md)
     for (const pending_operation& p : r.oldest)

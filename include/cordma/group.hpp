@@ -75,6 +75,7 @@
 #include <cordma/local_mr.hpp>
 #include <cordma/pending.hpp>
 #include <cordma/task.hpp>
+#include <cordma/trace.hpp>
 
 namespace cordma {
 
@@ -171,6 +172,11 @@ struct CORDMA_API group_call {
     std::chrono::milliseconds timeout{0};
     /// Stops the call early (from any thread).
     std::stop_token stop{};
+    /// A trace id (trace.hpp; empty: none). A collective's frames from
+    /// this rank carry it, its stuck-report entry shows it, and it opens a
+    /// span (span_kind::collective) on the span hook; a send's message
+    /// carries it to the receiver's message_info::trace.
+    trace_id trace{};
 };
 
 /// What reduce and all_reduce compute for each element, over all ranks.
@@ -209,6 +215,9 @@ struct message_info {
     std::uint32_t tag = 0;
     /// Its length in bytes.
     std::size_t size = 0;
+    /// The trace id its sender gave the send (group_call::trace; empty if
+    /// none).
+    trace_id trace{};
 };
 
 /// The order all_to_all exchanges its blocks in.

@@ -44,6 +44,7 @@
 #include <cordma/listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/task.hpp>
+#include <cordma/trace.hpp>
 
 namespace cordma {
 
@@ -150,6 +151,18 @@ public:
     const std::string& peer() const;
     /// Bytes and frames so far.
     stream_statistics statistics() const;
+    /// Gives the writes from now on a trace id (trace.hpp; empty: none):
+    /// their frames carry it to the reader (peer_trace()), a write that
+    /// waits shows it in the stuck report, and each write opens a span
+    /// (span_kind::stream_write) on the span hook. Between writes, from the
+    /// thread that writes (not while a write runs).
+    void set_trace(const trace_id& trace);
+    /// What set_trace gave (empty: none).
+    trace_id trace() const;
+    /// The trace id of the frame the last read took its bytes from: the
+    /// writer's set_trace when it wrote them (empty if none, or if its
+    /// cordma does not send them).
+    trace_id peer_trace() const;
     /// The underlying connection (its builder settings, its QP).
     const cordma::connection& connection() const;
 

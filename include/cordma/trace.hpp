@@ -86,9 +86,14 @@ enum class span_kind : std::uint8_t {
     /// An rpc call, on the server: from its request's arrival to the
     /// answer's send completing (its handler in between).
     rpc_handler,
+    /// A stream write (stream::set_trace): from the call to its return.
+    stream_write,
+    /// A group's collective on this rank (group_call::trace): from the
+    /// call to its end.
+    collective,
 };
 
-/// "rpc_call", "rpc_handler".
+/// "rpc_call", "rpc_handler", "stream_write", "collective".
 CORDMA_API const char* to_string(span_kind kind) noexcept;
 
 /// One traced operation, as a span hook sees it. The views are valid only
@@ -98,18 +103,21 @@ struct span_info {
     span_kind kind = span_kind::rpc_call;
     /// The caller's trace id (never empty: untraced operations open none).
     trace_id trace{};
-    /// The rpc method's number.
+    /// The rpc method's number (0 for the others).
     std::uint32_t method = 0;
     /// What the operation is called: the server's name for the method
     /// (rpc_handler; "" for a method without a handler), "method 3" on the
-    /// client (which does not know the server's names).
+    /// client (which does not know the server's names), "stream write",
+    /// the collective's name ("all_reduce").
     std::string_view name;
-    /// The other end's address, as logs and metrics name it.
+    /// The other end's address, as logs and metrics name it (a collective:
+    /// "rank 1 of 4").
     std::string_view peer;
     /// The call's number on its connection (the client's choice; a server
-    /// sees the same number).
+    /// sees the same number); a collective's number in its group (the same
+    /// on every rank); 0 for a stream write.
     std::uint64_t id = 0;
-    /// The request's bytes.
+    /// The request's bytes, or the write's (0 for a collective).
     std::uint64_t bytes = 0;
 };
 

@@ -88,6 +88,8 @@ const char* to_string(span_kind kind) noexcept {
     switch (kind) {
     case span_kind::rpc_call: return "rpc_call";
     case span_kind::rpc_handler: return "rpc_handler";
+    case span_kind::stream_write: return "stream_write";
+    case span_kind::collective: return "collective";
     }
     return "unknown";
 }

@@ -38,6 +38,7 @@ void group_core::collect_pending(const void* self, std::uint64_t now_ms, std::ve
     p.age = age_of(now_ms, g->began_ms_);
     p.what = group_op_name(g->current_.op) + " #" + std::to_string(g->current_.seq) + " on rank " +
              std::to_string(g->rank_) + " of " + std::to_string(g->size());
+    p.trace = g->current_.trace;
     out.push_back(std::move(p));
 }
 
@@ -125,6 +126,24 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     began_ms_ = *turn_ms_;
     current_.op = op_of(c);
     current_.seq = ++next_seq_;
+    current_.trace = call.trace;
+    // A traced collective's span, closed however it ends.
+    std::string span_peer;
+    span_info span_of{span_kind::collective, call.trace, 0, collective_name(c), {}, current_.seq, 0};
+    struct span_scope {
+        traced_span span;
+        const span_info* info;
+        std::error_code outcome = std::make_error_code(std::errc::connection_aborted);
+        ~span_scope() {
+            if (span.is_open())
+                span.close(*info, outcome);
+        }
+    } traced{{}, &span_of};
+    if (!call.trace.empty()) {
+        span_peer = "rank " + std::to_string(rank_) + " of " + std::to_string(size());
+        span_of.peer = span_peer;
+        traced.span.open(span_of);
+    }
     auto timeout = call.timeout.count() > 0 ? call.timeout : options_.operation_timeout;
     // A stop source's state is allocated: a new one only after a
     // collective was stopped (a stop, once requested, stays requested).
@@ -156,7 +175,9 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     forwarding.reset();
     busy_ = false;
     current_.token = {};
+    current_.trace = {};
     if (!error) {
+        traced.outcome = {};
         counts.completed.add();
         counts.latency.record(*turn_tick_ - began_tick);
         co_return;
@@ -168,6 +189,8 @@ task<void> group_core::run(collective c, group_call call, task<void> body) {
     try {
         std::rethrow_exception(error);
     } catch (const operation_cancelled&) {
+        traced.outcome = std::make_error_code(call.stop.stop_requested() ? std::errc::operation_canceled
+                                                                         : std::errc::timed_out);
         if (call.stop.stop_requested())
             fail(std::errc::operation_canceled, what + " was stopped by its stop token", -1, true);
         else

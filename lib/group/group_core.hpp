@@ -19,6 +19,7 @@
 #include <cordma/task.hpp>
 
 #include "core/coarse_clock.hpp"
+#include "core/trace_span.hpp"
 #include "group/collective.hpp"
 #include "group/fan_out.hpp"
 #include "engine/pending_source.hpp"
@@ -85,6 +86,7 @@ public:
         link_wire::op op = link_wire::op::none;  // op_of(the collective)
         std::uint32_t seq = 0;
         std::stop_token token;
+        trace_id trace;  // its group_call's: the frames this rank sends carry it
     };
     const current_call& current() const noexcept { return current_; }
 

@@ -58,6 +58,7 @@ struct hello {
     std::uint64_t id = 0;
     std::uint32_t window = 0;
     std::size_t eager = 0;
+    bool reads_traces = true;  // the sender takes traced frames
 };
 
 wire::header to_header(const hello& h) {
@@ -69,6 +70,7 @@ wire::header to_header(const hello& h) {
     w.seq = h.window;
     w.size = h.id;
     w.addr = h.eager;
+    w.rkey = h.reads_traces ? wire::hello_reads_traces : 0;
     return w;
 }
 
@@ -110,6 +112,7 @@ struct handshake {
         h.window = w->seq;
         h.id = w->size;
         h.eager = static_cast<std::size_t>(w->addr);
+        h.reads_traces = (w->rkey & wire::hello_reads_traces) != 0;
         if (h.size != core->size() || h.id != group_id(*core))
             throw std::runtime_error("it belongs to another group (" + std::to_string(h.size) +
                                      " ranks, or other endpoints: check that every rank has the same host list)");
@@ -128,9 +131,11 @@ struct handshake {
     }
 
     std::shared_ptr<peer_link> make_link(const hello& h) {
-        return std::make_shared<peer_link>(core, h.from, core->rank_name(h.from), conn, std::move(queue),
-                                           core->options().window, h.window, core->options().eager_size,
-                                           core->options().eager_size, core->builder().pool());
+        auto link = std::make_shared<peer_link>(core, h.from, core->rank_name(h.from), conn, std::move(queue),
+                                                core->options().window, h.window, core->options().eager_size,
+                                                core->options().eager_size, core->builder().pool());
+        link->set_peer_reads_traces(h.reads_traces);
+        return link;
     }
 };
 

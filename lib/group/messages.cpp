@@ -99,6 +99,7 @@ task<void> group_core::send_message(int dest, local_slice payload, std::uint32_t
     h.op = wire::op::message;
     h.seq = mail().next_seq(dest);
     h.root = tag;
+    h.trace = call.trace;
     auto what = [&] {
         return "send of " + std::to_string(payload.size()) + " bytes to " + rank_name(dest) + " (tag " +
                std::to_string(tag) + ")";
@@ -173,7 +174,7 @@ task<message_info> group_core::recv_message(int source, local_slice into, std::u
             std::memcpy(into.data(), wire::payload(e.frame.message.bytes(), h).data(), h.size);
         l.release(e.frame);
     }
-    co_return message_info{e.source, h.root, static_cast<std::size_t>(h.size)};
+    co_return message_info{e.source, h.root, static_cast<std::size_t>(h.size), h.trace};
 }
 
 }  // namespace detail

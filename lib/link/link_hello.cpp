@@ -36,6 +36,7 @@ task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, s
     h.seq = mine.window;
     h.size = mark;
     h.addr = mine.inline_size;
+    h.rkey = mine.reads_traces ? wire::hello_reads_traces : 0;
     wire::encode(h, std::span<std::byte, wire::header_size>(hello.data(), wire::header_size));
     local_slice bytes = hello.all();
     if (!accepting)
@@ -53,6 +54,7 @@ task<link_terms> exchange_hello(cordma::connection conn, receive_queue* queue, s
     link_terms t;
     t.window = theirs->seq;
     t.inline_size = static_cast<std::size_t>(theirs->addr);
+    t.reads_traces = (theirs->rkey & wire::hello_reads_traces) != 0;
     if (t.window < 2 || t.window > largest_peer_window)
         refuse("its window of " + std::to_string(t.window) + " frames is out of range");
     if (t.inline_size < smallest_inline || t.inline_size > largest_inline)
@@ -68,6 +70,7 @@ std::shared_ptr<peer_link> open_link(std::weak_ptr<link_owner> owner, int rank, 
     auto link = std::make_shared<peer_link>(std::move(owner), rank, std::move(name), std::move(conn), std::move(queue),
                                             mine.window, theirs.window, theirs.inline_size, mine.inline_size,
                                             std::move(pool));
+    link->set_peer_reads_traces(theirs.reads_traces);
     return link;
 }
 

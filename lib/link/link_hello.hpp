@@ -39,6 +39,7 @@ inline constexpr std::uint32_t largest_peer_window = 60;
 struct link_terms {
     std::uint32_t window = 0;      // credit-counted frames the sender may receive in flight
     std::size_t inline_size = 0;   // the largest inline payload its receives hold
+    bool reads_traces = true;      // it takes traced frames (its hello says so)
 };
 
 /// Sends `mine` and takes the peer's hello from `queue` within `timeout`;

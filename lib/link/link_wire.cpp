@@ -1,13 +1,17 @@
 #include "link/link_wire.hpp"
 
+#include <array>
+#include <cstring>
+
 #include "wire/byte_codec.hpp"
 
 namespace cordma::detail::link_wire {
 
 std::size_t encode(const header& h, std::span<std::byte> out) noexcept {
     byte_writer w(out);
+    bool traced = !h.trace.empty() && (h.type == frame::data || h.type == frame::rts);
     w.u16(magic);
-    w.u8(static_cast<std::uint8_t>(h.type));
+    w.u8(static_cast<std::uint8_t>(static_cast<std::uint8_t>(h.type) | (traced ? traced_flag : 0)));
     w.u8(static_cast<std::uint8_t>(h.op));
     w.u16(h.step);
     w.u16(h.type == frame::hello ? version : 0);
@@ -15,13 +19,16 @@ std::size_t encode(const header& h, std::span<std::byte> out) noexcept {
     w.u32(h.acked);
     w.u32(h.root);
     w.u32(h.extra);
-    if (h.type == frame::data)
-        return data_header_size;
-    w.u64(h.size);
-    w.u64(h.addr);
-    w.u32(h.rkey);
-    w.zeros(4);
-    return header_size;
+    if (h.type != frame::data) {
+        w.u64(h.size);
+        w.u64(h.addr);
+        w.u32(h.rkey);
+        w.zeros(4);
+    }
+    if (!traced)
+        return header_length(h.type);
+    w.bytes(h.trace.bytes());
+    return header_length(h.type) + trace_size;
 }
 
 std::optional<header> decode(std::span<const std::byte> bytes, std::string& why) {
@@ -37,16 +44,33 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     }
     header h;
     auto type = r.u8();
+    bool traced = (type & traced_flag) != 0;
+    type &= static_cast<std::uint8_t>(~traced_flag);
     if (type < 1 || type > last_frame) {
         why = "a frame of unknown type " + std::to_string(type);
         return std::nullopt;
     }
     h.type = static_cast<frame>(type);
     std::size_t length = header_length(h.type);
-    if (bytes.size() < length) {
-        why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +
-              " bytes, shorter than its " + std::to_string(length) + "-byte header";
+    if (traced && h.type != frame::data && h.type != frame::rts) {
+        why = std::string("a ") + name(h.type) + " frame marked traced (only data and rts frames carry a trace id)";
         return std::nullopt;
+    }
+    std::size_t trace_bytes = traced ? trace_size : 0;
+    if (bytes.size() < length + trace_bytes) {
+        why = std::string("a ") + (traced ? "traced " : "") + name(h.type) + " frame of " +
+              std::to_string(bytes.size()) + " bytes, shorter than its " + std::to_string(length) + "-byte header" +
+              (traced ? " and trace id" : "");
+        return std::nullopt;
+    }
+    if (traced) {
+        std::array<std::byte, trace_size> id{};
+        std::memcpy(id.data(), bytes.data() + length, trace_size);
+        h.trace = trace_id(id);
+        if (h.trace.empty()) {
+            why = std::string("a traced ") + name(h.type) + " frame whose trace id is all zero";
+            return std::nullopt;
+        }
     }
     auto op = r.u8();
     if (op > static_cast<std::uint8_t>(link_wire::op::stream)) {
@@ -75,7 +99,7 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
             why = "a data frame with its reserved bytes set";
             return std::nullopt;
         }
-        h.size = bytes.size() - data_header_size;
+        h.size = bytes.size() - data_header_size - trace_bytes;
         return h;
     }
     byte_reader rest(bytes.subspan(data_header_size, header_size - data_header_size));
@@ -89,7 +113,7 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
         why = std::string("a ") + name(h.type) + " frame with its reserved bytes set";
         return std::nullopt;
     }
-    std::size_t payload = bytes.size() - header_size;
+    std::size_t payload = bytes.size() - header_size - trace_bytes;
     bool carries = h.type == frame::abort;
     if (carries ? h.size != payload : payload != 0) {
         why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +

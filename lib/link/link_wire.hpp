@@ -20,14 +20,24 @@
 ///
 /// hello (once each way, right after connecting) reuses the fields:
 /// seq = the sender's window, addr = the sender's eager size, size = a
-/// mark naming the module (link_hello.hpp); a module with its own hello
-/// may use root, extra and step too.
+/// mark naming the module (link_hello.hpp), rkey = flags
+/// (hello_reads_traces); a module with its own hello may use root, extra
+/// and step too.
+///
+/// A traced data or rts frame (a stream write or a group's frame given a
+/// trace id, trace.hpp) sets the type byte's high bit (traced_flag) and has
+/// the 16-byte trace id right after its header (before a data frame's
+/// payload): 40 bytes of header for data, 64 for an rts, both within what
+/// every receive holds (48 bytes and the inline size). Only to a peer whose
+/// hello has hello_reads_traces; the link strips the id otherwise.
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+
+#include <cordma/trace.hpp>
 
 namespace cordma::detail::link_wire {
 
@@ -39,6 +49,12 @@ inline constexpr std::uint16_t version = 2;
 inline constexpr std::size_t header_size = 48;
 /// A data frame's header.
 inline constexpr std::size_t data_header_size = 24;
+/// The type byte's bit of a traced data or rts frame.
+inline constexpr std::uint8_t traced_flag = 0x80;
+/// The trace id's bytes after a traced frame's header.
+inline constexpr std::size_t trace_size = 16;
+/// A hello's flag (in rkey): the sender reads traced frames.
+inline constexpr std::uint32_t hello_reads_traces = 1;
 
 enum class frame : std::uint8_t {
     hello = 1,   ///< who is on each end, and the terms of the link
@@ -88,6 +104,8 @@ struct header {
     std::uint64_t size = 0;
     std::uint64_t addr = 0;
     std::uint32_t rkey = 0;
+    /// A data or rts frame's trace id (empty: untraced, as every other is).
+    trace_id trace{};
 };
 
 /// Bytes of the header of a frame of `type`: where its payload starts.
@@ -95,19 +113,26 @@ constexpr std::size_t header_length(frame type) noexcept {
     return type == frame::data ? data_header_size : header_size;
 }
 
-/// Writes `h` (header_length(h.type) bytes, a hello with `version`) at the
-/// front of `out` (at least that long); returns the
-/// bytes written.
+/// Bytes before the payload of `h`'s frame: its header, and a traced
+/// frame's trace id.
+constexpr std::size_t header_length(const header& h) noexcept {
+    return header_length(h.type) + (h.trace.empty() ? 0 : trace_size);
+}
+
+/// Writes `h` (header_length(h) bytes, a hello with `version`; the trace
+/// id of a data or rts frame that has one) at the front of `out` (at least
+/// that long); returns the bytes written.
 std::size_t encode(const header& h, std::span<std::byte> out) noexcept;
 /// The header of `frame`, or nothing with the reason in `why` (bad magic,
 /// unknown type or op, reserved bytes set, a hello of another protocol
-/// version, a size that does not match the frame's length). A data
-/// frame's size is its length less its header.
+/// version, a size that does not match the frame's length, a trace id on
+/// a frame other than data or rts, or an all-zero one). A data frame's
+/// size is its length less its header (and trace id).
 std::optional<header> decode(std::span<const std::byte> frame, std::string& why);
 
 /// The payload of a data or abort frame that decode() accepted as `h`.
 inline std::span<const std::byte> payload(std::span<const std::byte> frame, const header& h) noexcept {
-    return frame.subspan(header_length(h.type), static_cast<std::size_t>(h.size));
+    return frame.subspan(header_length(h), static_cast<std::size_t>(h.size));
 }
 
 /// "message", "stream", "none"; a module op: "op 3" (its owner names it).

@@ -194,6 +194,9 @@ public:
 
     /// Starts draining the receive queue.
     void start();
+    /// Whether the peer's hello said it reads traced frames (link_wire.hpp):
+    /// without, frames go without their trace ids.
+    void set_peer_reads_traces(bool yes) noexcept { peer_reads_traces_ = yes; }
     /// From now on, message frames (op `message`) and their fins go to
     /// `sink` instead of the inbox. Before start().
     void set_message_sink(std::shared_ptr<message_sink> sink) { sink_ = std::move(sink); }
@@ -438,6 +441,7 @@ private:
     bool drain_waiting_ = false;
     std::string gone_reason_;        // why the connection went, once it has
     bool lost_ = false;
+    bool peer_reads_traces_ = false;  // its hello's hello_reads_traces
     // Frames from the peer, counted (not timed: a clock read per frame
     // cost a microsecond where the clock source is slow), and the count
     // when the outstanding ping went out: any frame since answers it.

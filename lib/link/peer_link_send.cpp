@@ -217,13 +217,18 @@ void peer_link::post_rts(std::size_t slot, wire::header h, const local_slice& pa
     remote_slice where = payload.remote();
     h.addr = where.address;
     h.rkey = where.rkey;
-    wire::encode(h, std::span<std::byte, wire::header_size>(at, wire::header_size));
-    post_slot(slot, wire::header_size);
+    if (!peer_reads_traces_)
+        h.trace = {};
+    // Every slot holds at least first_frame_size: 48 bytes and 200 more.
+    post_slot(slot, wire::encode(h, std::span<std::byte>(at, wire::header_size + wire::trace_size)));
 }
 
 void peer_link::post_inline(std::size_t slot, wire::header h, std::span<const std::byte> payload) {
+    if (!peer_reads_traces_)
+        h.trace = {};
+    h.type = wire::frame::data;
     std::size_t room = room_at(next_frame_);
-    std::size_t holds = (slot < small_slot_count_ ? small_slot_size_ : big_slot_size_) - wire::data_header_size;
+    std::size_t holds = (slot < small_slot_count_ ? small_slot_size_ : big_slot_size_) - wire::header_length(h);
     if (payload.size() > room || payload.size() > holds)
         throw std::logic_error("cordma: " + name_ + ": an inline frame of " + std::to_string(payload.size()) +
                                " bytes where the peer's receive holds " + std::to_string(room) + " and the slot " +
@@ -235,7 +240,7 @@ void peer_link::post_inline(std::size_t slot, wire::header h, std::span<const st
     acked_sent_ = handled_;
     h.type = wire::frame::data;
     h.size = payload.size();
-    std::size_t header = wire::encode(h, std::span<std::byte, wire::data_header_size>(at, wire::data_header_size));
+    std::size_t header = wire::encode(h, std::span<std::byte>(at, wire::header_length(h)));
     if (!payload.empty())
         std::memcpy(at + header, payload.data(), payload.size());
     post_slot(slot, header + payload.size());

@@ -131,6 +131,12 @@ const std::string& stream::peer() const { return checked("peer").peer(); }
 
 stream_statistics stream::statistics() const { return checked("statistics").statistics(); }
 
+void stream::set_trace(const trace_id& trace) { checked("set_trace").set_trace(trace); }
+
+trace_id stream::trace() const { return checked("trace").trace(); }
+
+trace_id stream::peer_trace() const { return checked("peer_trace").peer_trace(); }
+
 const cordma::connection& stream::connection() const { return checked("connection").connection(); }
 
 namespace detail {

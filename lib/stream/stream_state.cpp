@@ -75,12 +75,12 @@ void stream_state::collect_pending(const void* self, std::uint64_t now_ms, std::
         p.age = age_of(now_ms, since_ms);
         p.bytes = bytes;
         p.what = what;
-        out.push_back(std::move(p));
+        return &out.emplace_back(std::move(p));
     };
     if (s->reading_)
         add(pending_stage::stream_read, s->read_began_ms_, s->read_size_, "stream read");
     if (s->writing_)
-        add(pending_stage::stream_write, s->write_began_ms_, s->write_size_, "stream write");
+        add(pending_stage::stream_write, s->write_began_ms_, s->write_size_, "stream write")->trace = s->write_trace_;
 }
 
 void stream_state::fail(std::errc code, const std::string& why, int, bool tell_peers) {
@@ -198,6 +198,7 @@ task<std::size_t> stream_state::read(std::span<std::byte> buffer, std::stop_toke
             current_.reset();
         } else {
             n = static_cast<std::size_t>(std::min<std::uint64_t>(f.header.size - consumed_, buffer.size()));
+            peer_trace_ = f.header.trace;
             if (f.header.type == wire::frame::data) {
                 std::memcpy(buffer.data(), wire::payload(f.message.bytes(), f.header).data() + consumed_, n);
             } else if (n >= options_.register_size) {
@@ -233,6 +234,7 @@ wire::header stream_state::data_header() noexcept {
     h.op = wire::op::stream;
     h.extra = data_frame;
     h.seq = ++next_seq_;
+    h.trace = write_trace_;
     return h;
 }
 
@@ -270,6 +272,10 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
     writing_ = true;
     write_began_ms_ = *turn_ms_;
     write_size_ = bytes.size();
+    write_trace_ = trace_;
+    traced_span span;
+    if (!write_trace_.empty())
+        span.open(span_info{span_kind::stream_write, write_trace_, 0, "stream write", peer_, 0, bytes.size()});
     bool stalled = false;  // waited for the reader's window at least once
     std::exception_ptr error;
     try {
@@ -296,8 +302,13 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
                 link_->send_inline_now(data_header(), bytes.subspan(offset, n));
                 tally_.frames_sent.add();
                 offset += n;
-            } else if (copied && batch_.size() < link_->inline_room()) {
+            } else if (copied && batch_.size() < link_->inline_room() &&
+                       (batch_.empty() || batch_trace_ == write_trace_)) {
+                // (Bytes of another trace wait for the batch to go: a
+                // frame carries one.)
                 std::size_t n = std::min(left, link_->inline_room() - batch_.size());
+                if (batch_.empty())
+                    batch_trace_ = write_trace_;
                 batch_.insert(batch_.end(), bytes.begin() + offset, bytes.begin() + offset + n);
                 offset += n;
                 if (!flushing_) {
@@ -323,6 +334,20 @@ task<void> stream_state::write(std::span<const std::byte> bytes, local_slice reg
         error = std::current_exception();
     }
     writing_ = false;
+    if (span.is_open()) {
+        std::error_code outcome;
+        if (error) {
+            try {
+                std::rethrow_exception(error);
+            } catch (const std::system_error& e) {
+                outcome = e.code();
+            } catch (...) {
+                outcome = std::make_error_code(std::errc::io_error);
+            }
+        }
+        span.close(span_info{span_kind::stream_write, write_trace_, 0, "stream write", peer_, 0, bytes.size()},
+                   outcome);
+    }
     if (stalled)
         tally_.credit_stalls.add();
     if (error)
@@ -341,6 +366,7 @@ task<void> stream_state::flush() {
             h.op = wire::op::stream;
             h.extra = data_frame;
             h.seq = ++next_seq_;
+            h.trace = batch_trace_;
             std::span<const std::byte> frame(batch_.data(), batch_.size());
             link_->post_inline(slot, h, frame);
             tally_.frames_sent.add();

@@ -24,6 +24,7 @@
 #include "core/coarse_clock.hpp"
 #include "engine/pending_source.hpp"
 #include "engine/waiter_queue.hpp"
+#include "core/trace_span.hpp"
 #include "link/peer_link.hpp"
 #include "stream/stream_tally.hpp"
 
@@ -53,6 +54,11 @@ public:
     }
     const stream_options& options() const noexcept { return options_; }
     stream_statistics statistics() const noexcept { return tally_.read(); }
+    /// stream::set_trace and its readers (between writes and reads: the
+    /// caller's hop to the event listener orders them).
+    void set_trace(const trace_id& t) noexcept { trace_ = t; }
+    trace_id trace() const noexcept { return trace_; }
+    trace_id peer_trace() const noexcept { return peer_trace_; }
 
     /// Frames a large write is cut into: bounds what one registration pins.
     static constexpr std::size_t largest_frame = std::size_t(16) << 20;
@@ -107,6 +113,7 @@ private:
     // gathered here, up to one frame, and sent as one frame as soon as
     // credit returns; the write returns once its bytes are in.
     std::vector<std::byte> batch_;
+    trace_id batch_trace_;  // the trace its bytes were written under (one per frame)
     bool flushing_ = false;
     std::shared_ptr<waiter_queue<bool>> flushed_;
     int flush_waiters_ = 0;
@@ -118,6 +125,9 @@ private:
     std::uint64_t write_began_ms_ = 0;        // the write in progress began
     std::size_t read_size_ = 0;
     std::size_t write_size_ = 0;
+    trace_id trace_;        // set_trace: the writes' frames carry it
+    trace_id write_trace_;  // ... the write in progress's
+    trace_id peer_trace_;   // the frame the last read took bytes from
     /// The read and write in progress, for a stuck report (pending_source.hpp).
     static void collect_pending(const void* self, std::uint64_t now_ms, std::vector<pending_operation>& out);
 

@@ -26,6 +26,7 @@ inline link_wire::header frame_of(const group_core& core, std::uint16_t step, st
     h.step = step;
     h.root = root;
     h.extra = extra;
+    h.trace = core.current().trace;
     return h;
 }
 
