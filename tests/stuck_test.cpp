@@ -270,6 +270,9 @@ TEST_CASE("an agent's calls are named while they wait: for the stopped peer's an
     }));
     std::string text = to_text(r);
     INFO(text);
+    // The calls, and nothing else: the agent's standing receives are no
+    // one's wait (its calls are).
+    CHECK(r.pending == 2);
     for (const pending_operation& p : agent_calls(r)) {
         CHECK(p.peer == conn.peer());
         CHECK(p.role == "agent");
