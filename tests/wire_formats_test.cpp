@@ -45,6 +45,14 @@ TEST_CASE("the byte codec writes and reads little-endian, and never past its buf
     CHECK_THROWS_AS(r.u16(), std::out_of_range);
     CHECK(r.u8() == 0);
     CHECK(r.remaining() == 0);
+
+    // A fixed-size field (a trace id), copied as it is; never past the end.
+    detail::byte_reader fixed(buffer);
+    fixed.u8();
+    auto four = fixed.array<4>();
+    CHECK(four == std::array<std::byte, 4>{std::byte{2}, std::byte{3}, std::byte{4}, std::byte{5}});
+    CHECK(fixed.remaining() == 11);
+    CHECK_THROWS_AS(fixed.array<12>(), std::out_of_range);
 }
 
 TEST_CASE("the TCP endpoint message round-trips and every rejected field is named", "[wire]") {

@@ -1,8 +1,5 @@
 #include "link/link_wire.hpp"
 
-#include <array>
-#include <cstring>
-
 #include "wire/byte_codec.hpp"
 
 namespace cordma::detail::link_wire {
@@ -64,9 +61,7 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
         return std::nullopt;
     }
     if (traced) {
-        std::array<std::byte, trace_size> id{};
-        std::memcpy(id.data(), bytes.data() + length, trace_size);
-        h.trace = trace_id(id);
+        h.trace = trace_id(byte_reader(bytes.subspan(length)).array<trace_size>());
         if (h.trace.empty()) {
             why = std::string("a traced ") + name(h.type) + " frame whose trace id is all zero";
             return std::nullopt;

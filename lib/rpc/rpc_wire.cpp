@@ -3,9 +3,6 @@
 // that encode() could not have written.
 #include "rpc/rpc_wire.hpp"
 
-#include <array>
-#include <cstring>
-
 #include "wire/byte_codec.hpp"
 
 namespace cordma::detail::rpc_wire {
@@ -78,9 +75,7 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
                   " bytes, shorter than its header and trace id (" + std::to_string(at + trace_size) + ")";
             return std::nullopt;
         }
-        std::array<std::byte, trace_size> id{};
-        std::memcpy(id.data(), bytes.data() + at, trace_size);
-        h.trace = trace_id(id);
+        h.trace = trace_id(byte_reader(bytes.subspan(at)).array<trace_size>());
         if (h.trace.empty()) {
             why = std::string("a traced ") + name(h.type) + " frame whose trace id is all zero";
             return std::nullopt;

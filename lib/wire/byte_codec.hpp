@@ -10,6 +10,7 @@
 /// peer's bytes can reach. Header-only, so that a decoder and its fuzz
 /// target build from the decoder's own file and this one.
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -109,6 +110,13 @@ public:
     std::span<const std::byte> bytes(std::size_t n) {
         const std::byte* at = take(n);
         return {at, n};
+    }
+    /// The next N bytes, copied (a fixed-size field: a trace id).
+    template <std::size_t N>
+    std::array<std::byte, N> array() {
+        std::array<std::byte, N> out;
+        std::memcpy(out.data(), take(N), N);
+        return out;
     }
     std::string text(std::size_t n) {
         auto b = bytes(n);
