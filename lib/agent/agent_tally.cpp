@@ -58,8 +58,8 @@ sums process_sums() {
 }
 
 void counter_family(std::string& out, const char* name, const char* help, std::uint64_t value) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " +
-           std::to_string(value) + "\n";
+    prometheus_family(out, name, "counter", help);
+    out += std::string(name) + " " + std::to_string(value) + "\n";
 }
 
 void prometheus(std::string& out) {
@@ -68,17 +68,17 @@ void prometheus(std::string& out) {
                    s.grants);
     counter_family(out, "cordma_agent_requests_denied_total", "Peers' requests for memory the agents refused.",
                    s.denied);
-    out += "# HELP cordma_agent_grants_ended_total Grants ended, by how (released by the peer, lease expired, "
-           "revoked here, connection closed, never sent).\n# TYPE cordma_agent_grants_ended_total counter\n";
+    prometheus_family(out, "cordma_agent_grants_ended_total", "counter",
+                      "Grants ended, by how (released by the peer, lease expired, revoked here, connection closed, "
+                      "never sent).");
     for (std::size_t i = 0; i < grant_ends; ++i)
         out += std::string("cordma_agent_grants_ended_total{reason=\"") + end_names[i] + "\"} " +
                std::to_string(s.ended[i]) + "\n";
-    out += "# HELP cordma_agent_granted_regions Regions granted to peers now.\n"
-           "# TYPE cordma_agent_granted_regions gauge\ncordma_agent_granted_regions " +
-           std::to_string(s.live_regions) + "\n";
-    out += "# HELP cordma_agent_granted_bytes Bytes granted to peers now (registered and pinned here for them), in "
-           "all and by peer host.\n# TYPE cordma_agent_granted_bytes gauge\ncordma_agent_granted_bytes " +
-           std::to_string(s.live_bytes) + "\n";
+    prometheus_family(out, "cordma_agent_granted_regions", "gauge", "Regions granted to peers now.");
+    out += "cordma_agent_granted_regions " + std::to_string(s.live_regions) + "\n";
+    prometheus_family(out, "cordma_agent_granted_bytes", "gauge",
+                      "Bytes granted to peers now (registered and pinned here for them), in all and by peer host.");
+    out += "cordma_agent_granted_bytes " + std::to_string(s.live_bytes) + "\n";
     for (const auto& [host, bytes] : s.bytes_by_host)
         out += "cordma_agent_granted_bytes{host=\"" + prometheus_label(host) + "\"} " + std::to_string(bytes) + "\n";
     counter_family(out, "cordma_agent_regions_received_total", "Memory regions peers granted to this process.",

@@ -31,6 +31,12 @@ std::string detail::prometheus_label(std::string_view v) {
     return out;
 }
 
+void detail::prometheus_family(std::string& out, std::string_view name, std::string_view type,
+                               std::string_view help) {
+    out.append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ").append(name).append(" ");
+    out.append(type).append("\n");
+}
+
 namespace {
 
 std::string escaped(std::string_view v) { return detail::prometheus_label(v); }

@@ -44,6 +44,9 @@ void add_metrics_section(metrics_section section);
 /// rendered as the engine's own families are.
 std::string prometheus_label(std::string_view value);
 void json_string(std::string& out, std::string_view value);
+/// A family's two header lines, "# HELP name help" and "# TYPE name
+/// type" (counter, gauge), appended to `out`; its samples follow.
+void prometheus_family(std::string& out, std::string_view name, std::string_view type, std::string_view help);
 
 /// The pages the endpoint serves: process_metrics() rendered, followed by
 /// each module's section.

@@ -48,11 +48,10 @@ void add(group_metrics& to, const group_metrics& m) {
 void prometheus(std::string& out) {
     std::uint64_t open = 0;
     group_metrics m = group_tally::process_total(&open);
-    out += "# HELP cordma_groups Groups (cordma::group) live now in this process.\n"
-           "# TYPE cordma_groups gauge\ncordma_groups " +
-           std::to_string(open) + "\n";
+    prometheus_family(out, "cordma_groups", "gauge", "Groups (cordma::group) live now in this process.");
+    out += "cordma_groups " + std::to_string(open) + "\n";
     auto counts = [&](const char* name, const char* help, std::uint64_t collective_metrics::*field) {
-        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
+        prometheus_family(out, name, "counter", help);
         for (const collective_metrics& c : m.collectives)
             out += std::string(name) + "{kind=\"" + c.kind + "\"} " + std::to_string(c.*field) + "\n";
     };

@@ -57,14 +57,14 @@ void prometheus(std::string& out) {
     stream_tally::process p = stream_tally::process_total();
     if (p.opened == 0)
         return;
-    out += "# HELP cordma_streams Streams open now.\n# TYPE cordma_streams gauge\ncordma_streams " +
-           std::to_string(p.open) + "\n";
-    out += "# HELP cordma_streams_opened_total Streams opened (connected or accepted).\n"
-           "# TYPE cordma_streams_opened_total counter\ncordma_streams_opened_total " +
-           std::to_string(p.opened) + "\n";
-    for (const family& f : families)
-        out += std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " counter\n" + f.name + " " +
-               std::to_string(p.total.*f.field) + "\n";
+    prometheus_family(out, "cordma_streams", "gauge", "Streams open now.");
+    out += "cordma_streams " + std::to_string(p.open) + "\n";
+    prometheus_family(out, "cordma_streams_opened_total", "counter", "Streams opened (connected or accepted).");
+    out += "cordma_streams_opened_total " + std::to_string(p.opened) + "\n";
+    for (const family& f : families) {
+        prometheus_family(out, f.name, "counter", f.help);
+        out += std::string(f.name) + " " + std::to_string(p.total.*f.field) + "\n";
+    }
 }
 
 void json(std::string& out) {
