@@ -452,6 +452,8 @@ static void test_null_context(void) {
     NULL_CTX(cordma_read(NULL, &remote, 0, buf, 1), "cordma_read");
     NULL_CTX(cordma_grant_ended(NULL, &remote), "cordma_grant_ended");
     NULL_CTX(cordma_release(NULL, &remote), "cordma_release");
+    NULL_CTX(cordma_set_trace(NULL, NULL), "cordma_set_trace");
+    NULL_CTX(cordma_last_trace(NULL, 0, (unsigned char *)buf), "cordma_last_trace");
 #undef NULL_CTX
     CHECK(cordma_peer_count(NULL) == -1);
     CHECK(cordma_peer_connected(NULL, 0) == -1);
@@ -545,6 +547,69 @@ static void test_messages(star *s) {
         CHECK(got == 100 + m * 25);
         CHECK(pattern_ok("queued message", in, (size_t)(100 + m * 25), 40 + (unsigned)m));
     }
+}
+
+/* cordma_set_trace and cordma_last_trace: a trace id set on one side
+ * arrives with every message after it, small (in the link's slots) and
+ * large (read from the sender's memory), and with a broadcast; cleared, the
+ * next message carries none. */
+static void test_trace(star *s) {
+    const unsigned char a[16] = {0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6,
+                                 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36};
+    const unsigned char b[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    unsigned char got[16];
+    /* Nothing taken with a trace yet: 0, and the bytes zeroed. */
+    memset(got, 0xAA, sizeof got);
+    CHECK(cordma_last_trace(s->server, 0, got) == 0);
+    CHECK(all_bytes(got, sizeof got, 0));
+
+    CHECK(cordma_set_trace(s->c1, a) == 0);
+    const size_t sizes[] = {10, 4u << 20};
+    for (size_t i = 0; i < 2; ++i) {
+        transfer(s->c1, 0, s->server, 0, sizes[i], 90 + (unsigned)i);
+        memset(got, 0, sizeof got);
+        CHECK(cordma_last_trace(s->server, 0, got) == 1);
+        CHECK(memcmp(got, a, sizeof a) == 0);
+    }
+    /* The other client's messages carry none. */
+    transfer(s->c2, 0, s->server, 1, 10, 92);
+    CHECK(cordma_last_trace(s->server, 1, got) == 0);
+    /* Cleared (NULL): untraced again. */
+    CHECK(cordma_set_trace(s->c1, NULL) == 0);
+    transfer(s->c1, 0, s->server, 0, 10, 93);
+    CHECK(cordma_last_trace(s->server, 0, got) == 0);
+    CHECK(all_bytes(got, sizeof got, 0));
+
+    /* The server's broadcast under trace b reaches both clients with it. */
+    CHECK(cordma_set_trace(s->server, b) == 0);
+    uint8_t out[64], in[64];
+    fill(out, sizeof out, 94);
+    op r1 = {.kind = OP_RECV, .ctx = s->c1, .peer = 0, .dst = in, .len = sizeof in};
+    op_start(&r1);
+    CHECK(cordma_broadcast(s->server, out, sizeof out) == 0);
+    op_wait(&r1);
+    CHECK_OP(&r1, r1.ret == (long long)sizeof out);
+    CHECK(cordma_recv(s->c2, 0, in, sizeof in) == (ssize_t)sizeof out);
+    for (int c = 0; c < 2; ++c) {
+        memset(got, 0, sizeof got);
+        CHECK(cordma_last_trace(c == 0 ? s->c1 : s->c2, 0, got) == 1);
+        CHECK(memcmp(got, b, sizeof b) == 0);
+    }
+    /* All zero is "none", as NULL is. */
+    const unsigned char zero[16] = {0};
+    CHECK(cordma_set_trace(s->server, zero) == 0);
+    transfer(s->server, 0, s->c1, 0, 10, 95);
+    CHECK(cordma_last_trace(s->c1, 0, got) == 0);
+
+    /* Bad arguments: named, nothing changed. */
+    errno = 0;
+    CHECK(cordma_last_trace(s->server, 0, NULL) == -1);
+    CHECK(cordma_last_errno() == EINVAL);
+    CHECK(has(cordma_last_error(), "cordma_last_trace") && has(cordma_last_error(), "trace_id"));
+    CHECK(cordma_last_trace(s->server, 7, got) == -1);
+    CHECK(cordma_last_errno() == EINVAL);
+    CHECK(cordma_set_trace(NULL, a) == -1);
+    CHECK(cordma_last_errno() == EINVAL);
 }
 
 /* The whole rendering, `first` bytes long when last asked. The counters
@@ -1715,6 +1780,7 @@ int main(int argc, char **argv) {
     } in_star[] = {
         {"connect", test_connect},
         {"messages", test_messages},
+        {"trace", test_trace},
         {"metrics", test_metrics},
         {"EMSGSIZE and peek", test_msgsize_and_peek},
         {"shared context", test_shared_context},

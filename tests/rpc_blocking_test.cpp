@@ -4,7 +4,8 @@
 // complete; handlers inline on the event listener as the opt-in; run()
 // ended by stop() from another thread, from a handler, and by SIGTERM and
 // SIGINT, with the previous signal handlers restored; call timeouts; the
-// rpc::server construction order enforced with an error naming the fix; and
+// rpc::server construction order enforced with an error naming the fix; a
+// trace id from call_options read by the handlers (current_trace()); and
 // the errors a user can run into.
 
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -28,6 +30,7 @@
 #include <cordma/rpc.hpp>
 #include <cordma/rpc_blocking.hpp>
 #include <cordma/sync_wait.hpp>
+#include <cordma/trace.hpp>
 
 #include "support/rxe_device.hpp"
 
@@ -53,11 +56,22 @@ public:
                 std::this_thread::sleep_for(1ms);
         }
         calls.fetch_add(1);
+        {
+            std::lock_guard lock(mutex);
+            seen = rpc::current_trace();
+        }
         return rpc::bytes_of(std::to_string(method) + ":" + rpc::text_of(request));
+    }
+    /// The trace id the last call's handler saw.
+    trace_id last_trace() {
+        std::lock_guard lock(mutex);
+        return seen;
     }
     std::atomic<bool> entered{false};
     std::atomic<bool> release{false};
     std::atomic<int> calls{0};
+    std::mutex mutex;
+    trace_id seen{};
 };
 
 /// run() on a thread of its own, stopped and joined at the end of the scope.
@@ -110,6 +124,7 @@ TEST_CASE("a handler object and per-method functions answer calls, every byte ch
             c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
         return rpc::bytes_of(t);
     });
+    s.handle(3, "trace", [](std::span<const std::byte>) { return rpc::bytes_of(rpc::current_trace().to_string()); });
     REQUIRE(s.address().starts_with(test::test_address() + ":"));
     REQUIRE(s.address() != test::test_address() + ":0");
     running r(s);
@@ -137,6 +152,20 @@ TEST_CASE("a handler object and per-method functions answer calls, every byte ch
         CHECK(std::string(e.what()).find("method 7 always fails") != std::string::npos);
     }
     CHECK(c.call(1, "after") == "1:after");  // the server goes on
+
+    // A trace id travels with a call given call_options: the handler object
+    // and a per-method function read it with current_trace(); an untraced
+    // call's handler, and code outside any handler, read none.
+    const trace_id t = trace_id::parse("4bf92f3577b34da6a3ce929d0e0e4736").value();
+    CHECK(rpc::text_of(c.call(1, rpc::bytes_of("traced"), rpc::call_options{.trace = t})) == "1:traced");
+    CHECK(h.last_trace() == t);
+    CHECK(rpc::text_of(c.call(3, rpc::bytes_of(""), rpc::call_options{.trace = t})) == t.to_string());
+    CHECK(c.call(1, "untraced") == "1:untraced");
+    CHECK(h.last_trace().empty());
+    CHECK(c.call(3, "").empty());
+    CHECK(rpc::current_trace().empty());
+    CHECK_THROWS_WITH(c.call(1, rpc::bytes_of("x"), rpc::call_options{.deadline = -1ms}),
+                      Catch::Contains("call_options::deadline is negative"));
 
     c.close();
     REQUIRE_FALSE(c.connected());

@@ -334,6 +334,22 @@ typedef enum cordma_metrics_format {
  *  or an unknown format. */
 CORDMA_C_API ssize_t cordma_metrics(const cordma_context *ctx, cordma_metrics_format format, char *buf, size_t len);
 
+/** Trace context: every message and collective frame this context sends
+ *  from now on carries `trace_id`, 16 bytes (W3C Trace Context's trace-id,
+ *  as cordma/trace.hpp's trace_id), so one request can be followed across
+ *  processes; the peer reads it with cordma_last_trace (a C++ peer as the
+ *  frame's trace). NULL, or 16 zero bytes, stops it: frames go untraced,
+ *  byte for byte as before. A traced frame is 16 bytes longer; a peer whose
+ *  cordma predates trace ids gets its frames without. Returns 0, or -1
+ *  (EINVAL) for a NULL context. */
+CORDMA_C_API int cordma_set_trace(cordma_context *ctx, const unsigned char *trace_id);
+/** The trace id carried by the last message or collective frame this side
+ *  took from `peer` (cordma_recv, a collective), copied to trace_id[0..15]:
+ *  returns 1 if it carried one, 0 if it carried none (or nothing was taken
+ *  yet; trace_id is zeroed), -1 on error (EINVAL: a NULL context or
+ *  trace_id, or no such peer). */
+CORDMA_C_API int cordma_last_trace(cordma_context *ctx, int peer, unsigned char *trace_id);
+
 /** The message of this thread's last failed call ("" if none failed yet).
  *  Valid until this thread's next cordma call. */
 CORDMA_C_API const char *cordma_last_error(void);

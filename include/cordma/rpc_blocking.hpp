@@ -68,6 +68,12 @@ public:
     virtual std::vector<std::byte> handle(std::uint32_t method, std::span<const std::byte> request) = 0;
 };
 
+/// In a blocking handler (blocking_handler::handle, a blocking_function),
+/// on the thread running it: the trace id of the call it is answering
+/// (call_options::trace on the client), or an empty one for an untraced
+/// call and anywhere else. A coroutine handler reads request::trace().
+CORDMA_API trace_id current_trace() noexcept;
+
 /// A plain callable answering one method: request bytes in (valid until it
 /// returns), response bytes out. Runs as blocking_handler::handle does.
 using blocking_function = std::function<std::vector<std::byte>(std::span<const std::byte>)>;
@@ -212,6 +218,12 @@ public:
     /// The same, with its own timeout (positive).
     std::vector<std::byte> call(std::uint32_t method, std::span<const std::byte> request,
                                 std::chrono::milliseconds timeout);
+    /// The same with call_options: a trace id (call_options::trace, which
+    /// the server's blocking handler reads with current_trace()), a
+    /// stop_token from another thread, and a deadline (0, the default:
+    /// blocking_client_options::timeout).
+    std::vector<std::byte> call(std::uint32_t method, std::span<const std::byte> request,
+                                const call_options& options);
     /// The same with text: `request`'s bytes go, the response comes back as
     /// a std::string.
     std::string call(std::uint32_t method, std::string_view request);

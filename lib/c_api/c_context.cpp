@@ -176,6 +176,7 @@ task<std::shared_ptr<peer_state>> open_peer(cordma_context* ctx, cordma::connect
     peer->link->start();
     {
         std::lock_guard lock(ctx->peers_mutex);
+        peer->trace = ctx->trace;
         ctx->peers.push_back(peer);
     }
     co_return peer;

@@ -29,6 +29,7 @@
 #include <cordma/local_mr.hpp>
 #include <cordma/remote_mr.hpp>
 #include <cordma/task.hpp>
+#include <cordma/trace.hpp>
 
 #include "core/coarse_clock.hpp"
 #include "link/link_wire.hpp"
@@ -78,6 +79,12 @@ public:
     std::optional<inbound_frame> held;
     /// Frames this side sent (their seq), for the peer's error messages.
     std::uint32_t next_seq = 0;
+    /// The trace id its frames carry (cordma_set_trace's; empty: none).
+    /// Written under the context's call lock and its peers_mutex, read by
+    /// calls (which hold the call lock).
+    trace_id trace{};
+    /// The trace id of the last frame taken from it (cordma_last_trace).
+    trace_id last_trace{};
     /// Grants taken with cordma_accept_grant, by id.
     std::map<std::uint64_t, remote_mr> grants;
     std::atomic<bool> usable{true};
@@ -123,6 +130,9 @@ struct cordma_context {
     /// Guards `peers` for the accessors, which do not take call_mutex.
     mutable std::mutex peers_mutex;
     std::vector<std::shared_ptr<cordma::detail::c_api::peer_state>> peers;
+    /// cordma_set_trace's id, copied to every peer (and to each new one,
+    /// under peers_mutex).
+    cordma::trace_id trace{};
     /// Registrations of memory granted with cordma_grant, by address.
     std::multimap<const void*, cordma::local_mr> granted;
 

@@ -61,6 +61,7 @@ wire::header next_header(peer_state& p, frame_kind kind) noexcept {
     h.op = kind.op;
     h.extra = kind.extra;
     h.seq = ++p.next_seq;
+    h.trace = p.trace;
     return h;
 }
 
@@ -133,6 +134,7 @@ void check_frame(peer_state& p, inbound_frame& f, frame_kind kind, std::size_t m
     }
     if (errnum != 0)
         hold_and_throw(p, std::move(f), errnum, why);
+    p.last_trace = h.trace;
 }
 
 std::optional<std::size_t> land_now(peer_state& p, inbound_frame& f, std::byte* into) {

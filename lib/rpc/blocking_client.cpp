@@ -92,6 +92,21 @@ std::vector<std::byte> blocking_client::call(std::uint32_t method, std::span<con
     return client_.call_sync(method, request, {.deadline = timeout});
 }
 
+std::vector<std::byte> blocking_client::call(std::uint32_t method, std::span<const std::byte> request,
+                                             const call_options& options) {
+    if (!connected_)
+        throw std::logic_error("cordma::rpc::blocking_client::call(" + std::to_string(method) +
+                               "): not connected (connect() first)");
+    call_options o = options;
+    if (o.deadline.count() < 0)
+        throw std::invalid_argument("cordma::rpc::blocking_client::call(" + std::to_string(method) +
+                                    "): call_options::deadline is negative (" + std::to_string(o.deadline.count()) +
+                                    " ms); 0 takes blocking_client_options::timeout");
+    if (o.deadline.count() == 0)
+        o.deadline = options_.timeout;
+    return client_.call_sync(method, request, o);
+}
+
 std::string blocking_client::call(std::uint32_t method, std::string_view request) {
     return text_of(call(method, bytes_view(request), options_.timeout));
 }

@@ -20,13 +20,31 @@ blocking_handler::~blocking_handler() = default;
 
 namespace {
 
+// The trace of the call the handler on this thread is answering.
+thread_local trace_id handler_trace{};
+
+// Sets handler_trace while a handler runs (restored after: a handler run
+// inline on the event listener thread may be nested in another's turn).
+class trace_scope {
+public:
+    explicit trace_scope(const trace_id& t) noexcept : saved_(handler_trace) { handler_trace = t; }
+    ~trace_scope() { handler_trace = saved_; }
+    trace_scope(const trace_scope&) = delete;
+    trace_scope& operator=(const trace_scope&) = delete;
+
+private:
+    trace_id saved_;
+};
+
 // Coroutines taking everything by value: the frame owns what it uses, so
 // nothing dangles however long the call waits for a thread (a coroutine
 // lambda's captures live in the lambda, not in the frame).
 task<std::vector<std::byte>> call_handler(blocking_handler* h, request r) {
+    trace_scope scope(r.trace());
     co_return h->handle(r.method(), r.bytes());
 }
 task<std::vector<std::byte>> call_function(std::shared_ptr<const blocking_function> f, request r) {
+    trace_scope scope(r.trace());
     co_return (*f)(r.bytes());
 }
 
@@ -47,6 +65,8 @@ server_options with_executor(server_options o, detail::handler_pool* pool) {
 }
 
 }  // namespace
+
+trace_id current_trace() noexcept { return handler_trace; }
 
 // Members in the order they must be made and (reversed) destroyed: the
 // server shuts its clients down before the pool finishes the calls still
