@@ -15,7 +15,7 @@
 //       frees everything of its own; then tells its clients the run is
 //       over (their traffic --until-told ends). Exit 0 only if at most K connections
 //       failed (default 0) and no check did.
-//   fault_peer traffic ADDR:PORT --seconds S [--until-told]
+//   fault_peer traffic ADDR:PORT --seconds S [--until-told] [--expect-retransmissions]
 //       Every kind of operation at once for S seconds on 4 connections
 //       (--until-told: until the server's answer to an echo says the run
 //       is over, which must come within S seconds):
@@ -29,11 +29,15 @@
 //       the old value (under loss, beside writes; connection_completions.cpp's
 //       atomic_result_lost) fails with cordma::errc::atomic_result_lost. Those are
 //       counted, and the fetch_add values never seen must equal their number.
+//       Prints the device's retransmission counters over the run;
+//       --expect-retransmissions (a lossy link): fails if they show none.
 //   fault_peer pressure ADDR:PORT --ops N --fail-within MS [--reconnect]
 //       Keeps N writes and reads in flight (plus the echo the server counts
 //       its fault by) until the connection fails, then requires: every one
 //       of them failed, the last within MS of the last success, every error
-//       saying the peer stopped acknowledging. --reconnect: then connects
+//       saying the peer stopped acknowledging, and the metrics counting
+//       exactly that (N writes and reads failed, one retry_exc_err
+//       completion then flushes, the end a failed completion). --reconnect: then connects
 //       again (the link is back), runs checked traffic, and requires this
 //       process's RDMA resources and fds to be what they were with the old
 //       connection, and after the builder is gone, what they were before.
@@ -59,6 +63,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <infiniband/verbs.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -79,8 +85,12 @@
 
 #include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
+#include <cordma/device.hpp>
+#include <cordma/device_counters.hpp>
 #include <cordma/error.hpp>
 #include <cordma/listener.hpp>
+#include <cordma/metrics.hpp>
+#include <cordma/protection_domain.hpp>
 #include <cordma/receive_queue.hpp>
 #include <cordma/remote_mr.hpp>
 #include <cordma/sync_wait.hpp>
@@ -543,8 +553,28 @@ task<void> guarded(task<void> body, client_state* cs, std::string name) {
 
 // ---------------------------------------------------------------- traffic
 
-int traffic(const std::string& address, int seconds, bool until_told) {
+/// The device's own counts of retransmissions since `before`, as rxe keeps
+/// them (a requester's retry timer firing, a NAK for a sequence error; the
+/// responder's duplicate and out-of-sequence requests), printed; their sum.
+std::uint64_t retransmissions(const device_counters& before, const char* who) {
+    device_counters delta = read_device_counters(before.device, before.port).since(before);
+    const char* names[] = {"completer_retry_err", "rcvd_seq_err", "duplicate_request", "out_of_seq_request"};
+    std::uint64_t sum = 0;
+    std::string each;
+    for (const char* n : names) {
+        sum += delta[n];
+        each += std::string(each.empty() ? "" : ", ") + n + " " + std::to_string(delta[n]);
+    }
+    std::printf("%s: the device's counters (%s port %u) over the run: %s; sent_pkts %llu: %llu retransmission "
+                "events\n",
+                who, before.device.c_str(), unsigned(before.port), each.c_str(),
+                (unsigned long long)delta["sent_pkts"], (unsigned long long)sum);
+    return sum;
+}
+
+int traffic(const std::string& address, int seconds, bool until_told, bool expect_retransmissions) {
     builder b = make_builder();
+    device_counters device_before = read_device_counters(*b.pd()->device(), 1);
     client_state cs;
     std::vector<connection> conns;
     std::vector<remote_mr> slot_regions;
@@ -615,6 +645,8 @@ int traffic(const std::string& address, int seconds, bool until_told) {
     std::printf("fault_peer traffic: %llu completions in %.1f s (%llu echoes), %zu errors\n",
                 (unsigned long long)cs.completions.load(), took, (unsigned long long)(seqs[0] + seqs[1]),
                 cs.errors.size());
+    if (retransmissions(device_before, "fault_peer traffic") == 0 && expect_retransmissions)
+        cs.errors.push_back("--expect-retransmissions: the device counted none (is the link lossy?)");
     if (until_told && cs.errors.empty() && !cs.told_to_stop)
         cs.errors.push_back("the server never said the run was over, within --seconds " + std::to_string(seconds));
     for (auto& e : cs.errors)
@@ -680,6 +712,48 @@ task<void> pressure_echo(connection conn, std::shared_ptr<memory_pool> pool, pre
     }
 }
 
+/// What the metrics counted for the connection whose peer went, with `ops`
+/// writes and reads in flight: each of them failed once, the device
+/// completed the first with retry_exc_err (the peer stopped acknowledging)
+/// and flushed the rest, and the queue pair's end counted once as a failed
+/// completion. Returns 1 (and says why) if not.
+int counted_as_failed(builder& b, connection& conn, int ops, const char* who) {
+    metrics_snapshot m = b.metrics();
+    auto it = std::find_if(m.connections.begin(), m.connections.end(), [&](const connection_metrics& c) {
+        return c.qp_num == conn.qp()->qp_num() && c.role == "data";
+    });
+    if (it == m.connections.end()) {
+        std::printf("%s: FAILED: the metrics list no data queue pair %u\n", who, conn.qp()->qp_num());
+        return 1;
+    }
+    const connection_counters& c = it->counters;
+    std::string statuses;
+    for (std::size_t s = 0; s < completion_statuses; ++s)
+        if (c.completions[s] != 0)
+            statuses += std::string(statuses.empty() ? "" : ", ") + completion_status_name(s) + " " +
+                        std::to_string(c.completions[s]);
+    std::uint64_t failed = c[operation_kind::write].failed + c[operation_kind::read].failed;
+    std::printf("%s: counted on the queue pair: %llu writes and reads failed; completions by status: %s; broken: %s "
+                "(%s)\n",
+                who, (unsigned long long)failed, statuses.c_str(), it->broken ? name(it->cause) : "no",
+                it->broken_reason.c_str());
+    int rc = 0;
+    if (failed != std::uint64_t(ops)) {
+        std::printf("%s: FAILED: counted %llu writes and reads failed, not the %d in flight\n", who,
+                    (unsigned long long)failed, ops);
+        rc = 1;
+    }
+    if (c.completions[IBV_WC_RETRY_EXC_ERR] != 1 || c.completions[IBV_WC_WR_FLUSH_ERR] == 0) {
+        std::printf("%s: FAILED: not one retry_exc_err completion and then flushes\n", who);
+        rc = 1;
+    }
+    if (!it->broken || it->cause != disconnect_cause::failed_completion) {
+        std::printf("%s: FAILED: the queue pair's end is not counted as a failed completion\n", who);
+        rc = 1;
+    }
+    return rc;
+}
+
 /// Keeps `ops` writes and reads in flight on a connection until it fails;
 /// returns 0 if every one failed within `fail_within` of the last success,
 /// each saying the peer stopped acknowledging.
@@ -701,6 +775,7 @@ int pressure_run(builder& b, connection conn, int ops, milliseconds fail_within,
             co_await all.join();
         }());
     }
+    int rc = counted_as_failed(b, conn, ops, who);
     double fail_ms = ms_between(ps.last_success, ps.last_failure);
     std::size_t say_so = 0;
     for (auto& f : ps.failures)
@@ -713,7 +788,6 @@ int pressure_run(builder& b, connection conn, int ops, milliseconds fail_within,
                 static_cast<long long>(fail_within.count()), fail_ms, say_so);
     std::printf("%s: first error: %s\n", who, ps.failures.empty() ? "(none)" : ps.failures.front().c_str());
     std::printf("%s: last error: %s\n", who, ps.failures.empty() ? "(none)" : ps.failures.back().c_str());
-    int rc = 0;
     if (ps.successes == 0) {
         std::printf("%s: FAILED: nothing succeeded before the fault\n", who);
         rc = 1;
@@ -1023,7 +1097,7 @@ int main(int argc, char** argv) try {
     serve_options so;
     so.address = address;
     int seconds = 10, connections = 64, depth = 256;
-    bool reconnect = false, until_told = false;
+    bool reconnect = false, until_told = false, expect_retransmissions = false;
     for (int i = 3; i < argc; ++i) {
         std::string flag = argv[i];
         auto value = [&]() -> const char* {
@@ -1045,6 +1119,7 @@ int main(int argc, char** argv) try {
         else if (flag == "--depth") depth = int(number("--depth", value(), 1, 65536));
         else if (flag == "--reconnect") reconnect = true;
         else if (flag == "--until-told") until_told = true;
+        else if (flag == "--expect-retransmissions") expect_retransmissions = true;
         else if (flag == "--ack-timeout") ack_timeout = std::uint8_t(number("--ack-timeout", value(), 0, 31));
         else throw std::invalid_argument("unknown option '" + flag + "'");
     }
@@ -1052,7 +1127,7 @@ int main(int argc, char** argv) try {
     if (mode == "serve")
         return serve(so);
     if (mode == "traffic")
-        return traffic(address, seconds, until_told);
+        return traffic(address, seconds, until_told, expect_retransmissions);
     if (mode == "pressure")
         return pressure(address, so.ops, so.fail_within, reconnect);
     if (mode == "soak")
