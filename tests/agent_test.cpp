@@ -236,6 +236,25 @@ TEST_CASE("every grant is counted, by how it ended, and what each peer host hold
     CHECK(page_value("cordma_agent_granted_regions") == 1);
     CHECK(page_value("cordma_agent_grants_total") == grants + 4);
     CHECK(page_value("cordma_agent_regions_received_total") == received + 4);
+    // The same, per connection: the server's agent granted, the client's
+    // received; settle()'s warm-up request included (one grant more,
+    // released), and both the expired lease and the revoke reach the
+    // client as its peer's revocations.
+    agent_counters here = f.server.agent_metrics(), there = f.client.agent_metrics();
+    CHECK(here.grants == 5);
+    CHECK(here.denied == 1);
+    CHECK(here.released == 2);
+    CHECK(here.expired == 1);
+    CHECK(here.revoked == 1);
+    CHECK(here.closed == 0);
+    CHECK(here.unsent == 0);
+    CHECK(here.received == 0);
+    CHECK(here.granted_regions == 1);
+    CHECK(here.granted_bytes == 64 << 10);
+    CHECK(there.received == 5);
+    CHECK(there.revoked_by_peer == 2);
+    CHECK(there.grants == 0);
+    CHECK(there.granted_bytes == 0);
     // (Loopback connections have no rdma_cm to carry a disconnect: each
     // side is closed.)
     sync_wait(f.client.close());

@@ -96,3 +96,63 @@ TEST_CASE("the Prometheus page has every family once, typed, and escapes label v
     CHECK_THAT(json, Catch::Contains("\"cause\": \"failed_completion\""));
     CHECK(std::string(name(disconnect_cause::closed_here)) == "closed_here");
 }
+
+TEST_CASE("shared receive queues and the devices' own counters are rendered and summed", "[metrics]") {
+    metrics_snapshot m;
+    m.connections = {qp("10.0.0.2:7471", 1, 3)};
+    shared_receive_metrics q;
+    q.device = "rxe0";
+    q.id = 4;
+    q.size = 16;
+    q.buffer_size = 256;
+    q.connections = 2;
+    q.ready = 15;
+    q.fewest_ready = 0;
+    q.counters.operations[static_cast<std::size_t>(operation_kind::recv)] = {116, 100, 1, 2400};
+    q.counters.completions[0] = 100;
+    q.counters.completions[1] = 1;  // loc_len_err
+    m.shared_receive_queues = {q};
+    // In the totals, beside the connections'.
+    CHECK(m.total()[operation_kind::recv].completed == 100);
+    CHECK(m.total()[operation_kind::write].completed == 3);
+    CHECK(m.total().completions_reaped() == 3 + 101);
+    device_counters d;
+    d.device = "rxe0";
+    d.port = 1;
+    d.hw_counters = {{"rcvd_seq_err", 41}, {"completer_retry_err", 1400}};
+    d.port_counters = {{"port_rcv_packets", 7}, {"rcvd_seq_err", 99}};  // a name in both: the driver's wins
+    m.devices = {d};
+
+    std::string page = to_prometheus(m);
+    const std::string srq = "{device=\"rxe0\",srq=\"4\"} ";
+    CHECK_THAT(page, Catch::Contains("# TYPE cordma_srq_receives_ready gauge\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_srq_size" + srq + "16\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_srq_connections" + srq + "2\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_srq_receives_ready" + srq + "15\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_srq_receives_fewest_ready" + srq + "0\n"));
+    CHECK_THAT(page, Catch::Contains("# TYPE cordma_srq_messages_total counter\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_srq_messages_total" + srq + "100\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_srq_message_bytes_total" + srq + "2400\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_srq_receives_failed_total" + srq + "1\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_operations_completed_total{kind=\"recv\"} 100\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_completions_total{status=\"loc_len_err\"} 1\n"));
+    CHECK_THAT(page, Catch::Contains("# TYPE cordma_device_events_total counter\n"));
+    const std::string port = "cordma_device_events_total{device=\"rxe0\",port=\"1\",counter=\"";
+    CHECK_THAT(page, Catch::Contains("\n" + port + "completer_retry_err\"} 1400\n"));
+    CHECK_THAT(page, Catch::Contains("\n" + port + "rcvd_seq_err\"} 41\n"));
+    CHECK_THAT(page, Catch::Contains("\n" + port + "port_rcv_packets\"} 7\n"));
+    CHECK_THAT(page, !Catch::Contains("rcvd_seq_err\"} 99"));
+
+    std::string json = to_json(m);
+    CHECK_THAT(json, Catch::Contains("\"shared_receive_queues\": [{\"device\": \"rxe0\", \"id\": 4, \"size\": 16, "
+                                     "\"buffer_size\": 256, \"connections\": 2, \"ready\": 15, \"fewest_ready\": 0, "
+                                     "\"counters\": {\"operations\": {"));
+    CHECK_THAT(json, Catch::Contains("\"recv\": {\"posted\": 116, \"completed\": 100, \"failed\": 1, \"bytes\": 2400}"));
+    CHECK_THAT(json, Catch::Contains("\"devices\": [{\"device\": \"rxe0\", \"port\": 1, \"port_counters\": "
+                                     "{\"port_rcv_packets\": 7, \"rcvd_seq_err\": 99}, \"hw_counters\": "
+                                     "{\"completer_retry_err\": 1400, \"rcvd_seq_err\": 41}}]"));
+    // Neither section when there is nothing to show.
+    metrics_snapshot empty;
+    CHECK_THAT(to_prometheus(empty), !Catch::Contains("cordma_srq_") && !Catch::Contains("cordma_device_"));
+    CHECK_THAT(to_json(empty), Catch::Contains("\"shared_receive_queues\": [], \"devices\": []}"));
+}

@@ -175,6 +175,24 @@ TEST_CASE("cordma-stat shows a live rpc server with 16 clients", "[metrics][stat
     CHECK(echo[3] == 0);                             // failed
     CHECK(echo[5] == 0);                             // in flight
     CHECK(after.find("queue pairs, busiest") == std::string::npos);  // -q 0
+    // The server's shared receive queue: its 16 clients attached, every
+    // request delivered through it (and the clients' credit returns), none
+    // failed, every receive posted again once its call was read.
+    std::size_t srq_at = after.find("\nshared rq ");
+    REQUIRE(srq_at != std::string::npos);
+    std::size_t row = after.find('\n', srq_at + 1) + 1;
+    std::size_t name_end = after.find(' ', row);
+    std::vector<double> srq = numbers_after(after, after.substr(row, name_end - row));
+    REQUIRE(srq.size() == 7);  // size, connections, ready, fewest, msgs/s, messages, failed
+    CHECK(srq[1] == 16);
+    CHECK(srq[2] == srq[0]);
+    CHECK(srq[3] <= srq[0]);
+    CHECK(srq[5] >= static_cast<double>(total));
+    CHECK(srq[6] == 0);
+    // The device's own counters, from the page: its packets, at least one
+    // per call each way.
+    std::vector<double> device = numbers_after(after, "device " + test::test_device_name() + " port 1: packets/s sent ");
+    REQUIRE_FALSE(device.empty());  // the rate, 0 now
 
     // The environment's endpoint (CORDMA_METRICS, started with this
     // process's first event listener) serves the same process.

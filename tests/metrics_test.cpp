@@ -24,6 +24,9 @@
 
 #include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
+#include <cordma/device.hpp>
+#include <cordma/device_counters.hpp>
+#include <cordma/protection_domain.hpp>
 #include <cordma/listener.hpp>
 #include <cordma/metrics.hpp>
 #include <cordma/sync_wait.hpp>
@@ -46,6 +49,16 @@ struct fixture {
           pool(memory_pool::create(protection_domain::create(el->device()))) {
         std::tie(client, server) = test::adopted_pair(el, pool->pd(), capacity);
     }
+    /// A plain connection from a builder to its own listener, over `how`.
+    explicit fixture(endpoint_exchange how) : b(std::make_unique<builder>()) {
+        b->device(test::test_device_name()).exchange(how).agent(false);
+        l = std::make_unique<listener>(b->listen(any_port()));
+        std::tie(server, client) = sync_wait(when_all(l->accept(), b->connect(l->address())));
+        el = b->event_listener();
+        pool = memory_pool::create(b->pd());
+    }
+    std::unique_ptr<builder> b;  // (builder connections only)
+    std::unique_ptr<listener> l;
     std::shared_ptr<event_listener> el;
     std::shared_ptr<memory_pool> pool;
     connection client;
@@ -117,7 +130,11 @@ std::pair<int, std::string> run_on(const std::string& text, const std::string& c
 }  // namespace
 
 TEST_CASE("every operation kind is counted exactly, on both ends", "[metrics]") {
-    fixture f;
+    // Connected three ways: two QPs joined in the process (adopted), and
+    // builder connections over rdma_cm and over the TCP exchange.
+    const int how = GENERATE(0, 1, 2);
+    INFO((how == 0 ? "adopted" : how == 1 ? "rdma_cm" : "tcp exchange"));
+    fixture f = how == 0 ? fixture() : fixture(how == 1 ? endpoint_exchange::rdma_cm : endpoint_exchange::tcp);
     local_mr out = f.pool->allocate(4096);
     local_mr in = f.pool->allocate(4096);
     local_mr target = f.pool->allocate(4096);
@@ -317,9 +334,23 @@ TEST_CASE("a builder's metrics count live and closed connections, by peer host, 
         CHECK(rc == 0);
         CHECK(said.empty());
         auto [jrc, jsaid] = run_on(to_json(m), "python3 -c 'import json,sys; d=json.load(sys.stdin); "
-                                               "print(d[\"total\"][\"operations\"][\"write\"][\"completed\"])'");
+                                               "print(d[\"total\"][\"operations\"][\"write\"][\"completed\"], "
+                                               "d[\"devices\"][0][\"device\"])'");
         CHECK(jrc == 0);
-        CHECK(jsaid == "10\n");
+        CHECK(jsaid == "10 " + test::test_device_name() + "\n");
+
+        // The device's own counters, read with the snapshot: its one port,
+        // which carried those writes (rxe counts packets in hw_counters),
+        // on the page as they were read.
+        REQUIRE(m.devices.size() == 1);
+        const device_counters& d = m.devices[0];
+        CHECK(d.device == test::test_device_name());
+        CHECK(d.port == 1);
+        CHECK(d["sent_pkts"] + d["port_xmit_packets"] >= 10);
+        CHECK(read_device_counters(*b.pd()->device(), 1)["sent_pkts"] >= d["sent_pkts"]);
+        CHECK_THAT(page, Catch::Contains("\ncordma_device_events_total{device=\"" + d.device +
+                                         "\",port=\"1\",counter=\"sent_pkts\"} " + std::to_string(d["sent_pkts"]) +
+                                         "\n"));
     }
     // Both ends closed: their counts stay, in the closed totals. The
     // connections close on the event listener thread, after their handles

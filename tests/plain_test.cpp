@@ -66,6 +66,7 @@ TEST_CASE("plain connections carry data and each side's private data", "[plain]"
     auto [server, client] = sync_wait(when_all(l.accept(), b.connect(l.address())));
     CHECK_FALSE(server.has_agent());
     CHECK_FALSE(client.has_agent());
+    CHECK_THROWS_WITH(client.agent_metrics(), Catch::Contains("agent_metrics") && Catch::Contains("no agent"));
 
     auto pool = b.pool();
     auto [a, c] = sync_wait(when_all(echo_once(server, pool, "to the client"), echo_once(client, pool, "to the server")));

@@ -3,7 +3,8 @@
 // and in order per client, over rdma_cm and the TCP exchange; buffers
 // posted again as messages are released; what is refused; a message too
 // long breaks only its sender's connection; ended() reports clients that go;
-// destroying the handle cancels what waits.
+// destroying the handle cancels what waits; the queue's own counters
+// (messages, bytes, receives posted and failed, by status) exact.
 
 #include <infiniband/verbs.h>
 
@@ -23,6 +24,7 @@
 #include <cordma/connection.hpp>
 #include <cordma/error.hpp>
 #include <cordma/listener.hpp>
+#include <cordma/metrics.hpp>
 #include <cordma/receive_queue.hpp>
 #include <cordma/shared_receive_queue.hpp>
 #include <cordma/sync_wait.hpp>
@@ -141,6 +143,38 @@ void many_clients_one_queue(endpoint_exchange how) {
     REQUIRE(counts.size() == clients);
     for (auto [client, n] : counts)
         CHECK(n == per_client);
+
+    // Counted on the queue, exactly: every message delivered once, every
+    // buffer posted again as its message was released, none failed.
+    constexpr std::uint64_t messages = std::uint64_t(clients) * per_client;
+    metrics_snapshot m = server_builder.metrics();
+    REQUIRE(m.shared_receive_queues.size() == 1);
+    const shared_receive_metrics& q = m.shared_receive_queues[0];
+    CHECK(q.device == server_builder.pd()->device()->name());
+    CHECK(q.size == 16);
+    CHECK(q.buffer_size == 256);
+    CHECK(q.connections == clients);
+    CHECK(q.counters[operation_kind::recv].completed == messages);
+    CHECK(q.counters[operation_kind::recv].bytes == messages * sizeof(record));
+    CHECK(q.counters[operation_kind::recv].posted == 16 + messages);
+    CHECK(q.counters[operation_kind::recv].failed == 0);
+    CHECK(q.counters.completions[IBV_WC_SUCCESS] == messages);
+    CHECK(q.counters.completions_reaped() == messages);
+    CHECK(q.ready == 16);
+    CHECK(q.fewest_ready < 16);
+    // In the totals too, beside the connections' (whose own receives, all
+    // through the queue, are 0).
+    std::uint64_t on_connections = 0;
+    for (const connection_metrics& c : m.connections)
+        on_connections += c.counters[operation_kind::recv].completed;
+    CHECK(m.total()[operation_kind::recv].completed == messages + on_connections);
+    std::string page = to_prometheus(m);
+    const std::string labels = "{device=\"" + q.device + "\",srq=\"" + std::to_string(q.id) + "\"} ";
+    CHECK_THAT(page, Catch::Contains("\ncordma_srq_messages_total" + labels + std::to_string(messages) + "\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_srq_receives_ready" + labels + "16\n"));
+    CHECK_THAT(page, Catch::Contains("\ncordma_srq_connections" + labels + std::to_string(clients) + "\n"));
+    CHECK_THAT(to_json(m), Catch::Contains("\"shared_receive_queues\": [{\"device\": \"" + q.device + "\", \"id\": " +
+                                           std::to_string(q.id) + ", \"size\": 16, \"buffer_size\": 256"));
 }
 
 }  // namespace
@@ -221,6 +255,15 @@ TEST_CASE("a message longer than the buffers breaks only its sender; ended() rep
             }
         }
 
+        // Counted: the 80 messages that fit, and the one receive that failed
+        // (rxe reports a message too long as loc_qp_op_err or loc_len_err).
+        const shared_receive_metrics q = server_builder.metrics().shared_receive_queues.at(0);
+        CHECK(q.counters[operation_kind::recv].completed == 80);
+        CHECK(q.counters[operation_kind::recv].failed == 1);
+        CHECK(q.counters.completions[IBV_WC_LOC_LEN_ERR] + q.counters.completions[IBV_WC_LOC_QP_OP_ERR] == 1);
+        CHECK(q.counters.completions_reaped() == 81);
+        CHECK(q.counters[operation_kind::recv].posted == 8 + 81);
+
         // A client that closes is reported with its peer.
         co_await ends[2].close();
         ended_connection closed = co_await srq.ended(limit.token());
@@ -252,6 +295,11 @@ TEST_CASE("destroying a shared receive queue cancels what waits on it", "[srq]")
         CHECK(cancelled);
     };
     sync_wait(run());
+    // Its counts stay in the listener's closed totals: its 4 receives
+    // posted, none completed.
+    metrics_snapshot after = b.metrics();
+    CHECK(after.shared_receive_queues.empty());
+    CHECK(after.closed[operation_kind::recv].posted == 4);
     // A builder whose queue is gone refuses new connections on it.
     shared_receive_queue kept(b, 4, 64);
     b.shared_receives(kept);

@@ -260,6 +260,11 @@ public:
     /// by kind, bytes, completions by status, doorbells. Any thread; each
     /// counter is exact as of the moment it is read.
     connection_counters counters() const;
+    /// What this connection's agent granted to the peer and received from
+    /// it (metrics.hpp): grants, denials, how each grant ended, the
+    /// regions and bytes granted now. Any thread. Throws std::logic_error
+    /// if the connection has no agent (as the agent's calls do).
+    agent_counters agent_metrics() const;
 
     /// The private data the peer sent while the connection was set up,
     /// for connections made with builder::agent(false): on an accepted

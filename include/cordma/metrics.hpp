@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include <cordma/device_counters.hpp>
 #include <cordma/export.hpp>
 #include <cordma/latency_histogram.hpp>
 
@@ -149,12 +150,74 @@ struct connection_metrics {
     connection_counters counters;
 };
 
+/// What one connection's agent granted to its peer and received from it
+/// (connection::agent_metrics()); the process's agents are summed on the
+/// metrics endpoint's page (cordma_agent_*).
+struct agent_counters {
+    /// Regions granted to the peer: asked for (its request_remote_mr) or
+    /// sent (send_local_mr, send_remote_mr handing one back).
+    std::uint64_t grants = 0;
+    /// The peer's requests refused (over a limit or a quota).
+    std::uint64_t denied = 0;
+    /// Grants the peer let go (release, or handed back).
+    std::uint64_t released = 0;
+    /// Grants whose lease ran out.
+    std::uint64_t expired = 0;
+    /// Grants revoked here (connection::revoke_local_mr).
+    std::uint64_t revoked = 0;
+    /// Grants ended with the connection.
+    std::uint64_t closed = 0;
+    /// Grants send_local_mr could not send.
+    std::uint64_t unsent = 0;
+    /// Regions the peer granted this side.
+    std::uint64_t received = 0;
+    /// Of those, revoked by the peer.
+    std::uint64_t revoked_by_peer = 0;
+    /// Regions granted to the peer now.
+    std::uint64_t granted_regions = 0;
+    /// Their bytes: registered and pinned here for the peer now.
+    std::uint64_t granted_bytes = 0;
+};
+
+/// One shared_receive_queue (shared_receive_queue.hpp: an rpc server's, or
+/// the program's own), as counted. Its receives are counted here, not on
+/// the connections that send through it (a completion names only a QP
+/// number: finding its connection would cost a lookup per message), and in
+/// metrics_snapshot::total() with every connection's.
+struct shared_receive_metrics {
+    /// The device it is on ("rxe0").
+    std::string device;
+    /// 1 for the first queue the process made, then 2, 3, ...: its label.
+    std::uint64_t id = 0;
+    /// Receives it holds (all posted while no message is held).
+    std::uint64_t size = 0;
+    /// Bytes each receive takes.
+    std::uint64_t buffer_size = 0;
+    /// Connections receiving through it now.
+    std::uint64_t connections = 0;
+    /// Receives posted now, waiting for a message (size() minus the
+    /// messages arrived and not yet released).
+    std::uint64_t ready = 0;
+    /// The fewest posted at any moment since it opened: 0 means it ran dry
+    /// at least once, and a sender arriving then waited in receiver-not-ready
+    /// retries (builder::rnr_retry).
+    std::uint64_t fewest_ready = 0;
+    /// What it counted: operations[recv] (posted: receives posted, the
+    /// first size() included; completed and bytes: messages delivered;
+    /// failed: receives that completed with an error) and completions by
+    /// status. The other counters stay 0.
+    connection_counters counters;
+};
+
 /// The connections of one event listener (one builder's or listener's),
 /// read at once.
 struct CORDMA_API metrics_snapshot {
     /// The live ones, oldest first.
     std::vector<connection_metrics> connections;
-    /// What the connections that have gone counted, summed.
+    /// The live shared receive queues, oldest first.
+    std::vector<shared_receive_metrics> shared_receive_queues;
+    /// What the connections and shared receive queues that have gone
+    /// counted, summed.
     connection_counters closed;
     /// Queue pairs counted since the event listener started.
     std::uint64_t opened = 0;
@@ -171,12 +234,18 @@ struct CORDMA_API metrics_snapshot {
     /// histogram stays empty). Every connection the listener served, gone
     /// ones included, since it started or its last reset_latency().
     std::array<latency_histogram, operation_kinds> latency{};
+    /// The device's own counters (device_counters.hpp: retransmissions,
+    /// sequence errors, receiver-not-ready NAKs, packets), read from sysfs
+    /// as the snapshot is taken: every port of the event listener's device
+    /// (for process_metrics(), of every live listener's device, each once).
+    /// A port whose counters cannot be read is left out.
+    std::vector<device_counters> devices;
 
     /// The latency histogram of one kind.
     const latency_histogram& latency_of(operation_kind kind) const noexcept {
         return latency[static_cast<std::size_t>(kind)];
     }
-    /// closed plus every live connection's.
+    /// closed plus every live connection's and shared receive queue's.
     connection_counters total() const;
     /// The live connections' counters summed by peer host (the address
     /// without its port; an IPv6 one in brackets, as the agent's per-host
@@ -203,10 +272,13 @@ struct prometheus_options {
 /// The snapshot in Prometheus' text exposition format (0.0.4, what a
 /// Prometheus server scrapes; `promtool check metrics` accepts it): metric
 /// names prefixed "cordma_", counters ending in "_total", every family with
-/// its HELP and TYPE.
+/// its HELP and TYPE. Each live shared receive queue has its own series
+/// (cordma_srq_*, labels device and srq: its id), and the devices' own
+/// counters are cordma_device_events_total{device,port,counter}.
 CORDMA_API std::string to_prometheus(const metrics_snapshot& snapshot, const prometheus_options& options = {});
-/// The snapshot as one JSON object (totals, closed, by_peer_host and
-/// connections, every counter by name; zero counts included).
+/// The snapshot as one JSON object (totals, closed, by_peer_host,
+/// connections, shared_receive_queues and devices, every counter by name;
+/// zero counts included).
 CORDMA_API std::string to_json(const metrics_snapshot& snapshot);
 
 }  // namespace cordma

@@ -67,6 +67,8 @@ public:
     std::size_t granted_bytes() const noexcept { return granted_bytes_; }
     std::size_t granted_regions() const noexcept { return grants_.size(); }
     const connection& control() const noexcept { return control_; }
+    /// What it counted (connection::agent_metrics). Any thread.
+    agent_counters counted() const noexcept { return tally_.read(); }
 
 private:
     /// The access bits a grant can carry (the rest are this side's own).

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include <cordma/metrics.hpp>
 #include "engine/counter.hpp"
 
 namespace cordma::detail {
@@ -48,6 +49,22 @@ public:
     }
 
     const std::string& peer_host() const noexcept { return peer_host_; }
+    /// Every count, read once (any thread).
+    agent_counters read() const noexcept {
+        agent_counters c;
+        c.grants = grants.get();
+        c.denied = denied.get();
+        c.released = ended[static_cast<std::size_t>(grant_end::released)].get();
+        c.expired = ended[static_cast<std::size_t>(grant_end::expired)].get();
+        c.revoked = ended[static_cast<std::size_t>(grant_end::revoked)].get();
+        c.closed = ended[static_cast<std::size_t>(grant_end::closed)].get();
+        c.unsent = ended[static_cast<std::size_t>(grant_end::unsent)].get();
+        c.received = received.get();
+        c.revoked_by_peer = revoked_by_peer.get();
+        c.granted_regions = granted_regions.get();
+        c.granted_bytes = granted_bytes.get();
+        return c;
+    }
 
 private:
     std::string peer_host_;

@@ -22,6 +22,8 @@ std::shared_ptr<detail::agent> connection::agent_for(const char* call) const {
     return detail::agent_of(*state_);
 }
 
+agent_counters connection::agent_metrics() const { return agent_for("agent_metrics")->counted(); }
+
 namespace {
 
 void check_call(const char* call, const agent_call& how, const std::string& peer) {

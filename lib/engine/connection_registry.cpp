@@ -4,6 +4,7 @@
 
 #include "core/tick_clock.hpp"
 #include "engine/connection_state.hpp"
+#include "engine/shared_receive_state.hpp"
 
 namespace cordma::detail {
 
@@ -36,6 +37,20 @@ void connection_registry::note_broken(const connection_state* state, const std::
         }
 }
 
+void connection_registry::add_receive_queue(const shared_receive_state* queue) {
+    std::lock_guard lock(mutex_);
+    receive_queues_.push_back(queue);
+}
+
+void connection_registry::remove_receive_queue(const shared_receive_state* queue) noexcept {
+    std::lock_guard lock(mutex_);
+    auto it = std::find(receive_queues_.begin(), receive_queues_.end(), queue);
+    if (it == receive_queues_.end())
+        return;
+    closed_ += queue->metrics().counters;  // under the lock: no snapshot sees it twice or not at all
+    receive_queues_.erase(it);
+}
+
 metrics_snapshot connection_registry::snapshot() const {
     metrics_snapshot m;
     std::lock_guard lock(mutex_);
@@ -43,6 +58,9 @@ metrics_snapshot connection_registry::snapshot() const {
     for (const entry& e : live_)
         m.connections.push_back({e.state->peer(), e.state->qp()->qp_num(), e.state->role(), e.broken, e.reason,
                                  e.cause, e.state->tally().read()});
+    m.shared_receive_queues.reserve(receive_queues_.size());
+    for (const shared_receive_state* q : receive_queues_)
+        m.shared_receive_queues.push_back(q->metrics());
     m.closed = closed_;
     m.disconnects = disconnects_;
     m.opened = opened_;

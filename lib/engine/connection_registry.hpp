@@ -19,6 +19,7 @@
 namespace cordma::detail {
 
 class connection_state;
+class shared_receive_state;
 
 /// A module's pending operations for a stuck report (an rpc client's calls,
 /// a group's collective, a stream's read or write): `collect` appends them,
@@ -36,6 +37,11 @@ public:
     /// `state` broke, for `why` (kept for the snapshot, and counted by
     /// `cause` the first time; any thread).
     void note_broken(const connection_state* state, const std::string& why, disconnect_cause cause);
+    /// A shared receive queue of the listener's, from its construction to
+    /// its destruction (any thread): listed in snapshots, its final counts
+    /// then in the closed totals.
+    void add_receive_queue(const shared_receive_state* queue);
+    void remove_receive_queue(const shared_receive_state* queue) noexcept;
     metrics_snapshot snapshot() const;
     /// Every live connection's pending operations (stuck_report.hpp),
     /// aged against `now_ms`. The loop's thread (the connections' lists
@@ -61,6 +67,7 @@ private:
     };
     mutable std::mutex mutex_;
     std::vector<entry> live_;  // oldest first
+    std::vector<const shared_receive_state*> receive_queues_;  // oldest first
     std::vector<pending_source> sources_;
     connection_counters closed_;
     std::uint64_t opened_ = 0;

@@ -197,7 +197,12 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
     detail::enlist(this);  // last: nothing after it throws
 }
 
-metrics_snapshot event_listener::metrics() const { return connections_->snapshot(); }
+metrics_snapshot event_listener::metrics() const {
+    metrics_snapshot m = connections_->snapshot();
+    if (device_)
+        detail::add_device_counters(*device_, m.devices);
+    return m;
+}
 
 void event_listener::reset_latency() { connections_->reset_latency(); }
 

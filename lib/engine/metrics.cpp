@@ -75,6 +75,8 @@ connection_counters metrics_snapshot::total() const {
     connection_counters sum = closed;
     for (const connection_metrics& c : connections)
         sum += c.counters;
+    for (const shared_receive_metrics& q : shared_receive_queues)
+        sum += q.counters;
     return sum;
 }
 

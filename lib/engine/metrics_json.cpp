@@ -134,6 +134,46 @@ std::string to_json(const metrics_snapshot& snapshot) {
         counters(out, c.counters);
         out += '}';
     }
+    out += "], \"shared_receive_queues\": [";
+    first = true;
+    for (const shared_receive_metrics& q : snapshot.shared_receive_queues) {
+        out += first ? "{" : ", {";
+        first = false;
+        out += "\"device\": ";
+        quoted(out, q.device);
+        out += ", ";
+        number(out, "id", q.id);
+        number(out, "size", q.size);
+        number(out, "buffer_size", q.buffer_size);
+        number(out, "connections", q.connections);
+        number(out, "ready", q.ready);
+        number(out, "fewest_ready", q.fewest_ready);
+        out += "\"counters\": ";
+        counters(out, q.counters);
+        out += '}';
+    }
+    out += "], \"devices\": [";
+    first = true;
+    for (const device_counters& d : snapshot.devices) {
+        out += first ? "{" : ", {";
+        first = false;
+        out += "\"device\": ";
+        quoted(out, d.device);
+        out += ", ";
+        number(out, "port", d.port);
+        for (const auto* set : {&d.port_counters, &d.hw_counters}) {
+            out += set == &d.port_counters ? "\"port_counters\": {" : ", \"hw_counters\": {";
+            bool first_counter = true;
+            for (const auto& [name, value] : *set) {
+                out += first_counter ? "" : ", ";
+                first_counter = false;
+                quoted(out, name);
+                out += ": " + std::to_string(value);
+            }
+            out += '}';
+        }
+        out += '}';
+    }
     out += "]}";
     return out;
 }

@@ -107,6 +107,64 @@ void render(std::string& out, const char* prefix, const char* what, const std::v
     }
 }
 
+// One series per live shared receive queue, labelled device and srq (its
+// id): few in a process, so always rendered.
+void render_receive_queues(std::string& out, const std::vector<shared_receive_metrics>& queues) {
+    if (queues.empty())
+        return;
+    struct gauge {
+        const char* name;
+        const char* type;
+        const char* help;
+        std::uint64_t (*value)(const shared_receive_metrics& q);
+    };
+    static const gauge families[] = {
+        {"cordma_srq_size", "gauge", "Receives a shared receive queue holds.",
+         [](const shared_receive_metrics& q) { return q.size; }},
+        {"cordma_srq_connections", "gauge", "Connections receiving through the shared receive queue now.",
+         [](const shared_receive_metrics& q) { return q.connections; }},
+        {"cordma_srq_receives_ready", "gauge", "Receives posted now, waiting for a message.",
+         [](const shared_receive_metrics& q) { return q.ready; }},
+        {"cordma_srq_receives_fewest_ready", "gauge",
+         "The fewest receives posted at any moment since the queue opened (0: it ran dry, senders waited).",
+         [](const shared_receive_metrics& q) { return q.fewest_ready; }},
+        {"cordma_srq_messages_total", "counter", "Messages delivered through the shared receive queue.",
+         [](const shared_receive_metrics& q) { return q.counters[operation_kind::recv].completed; }},
+        {"cordma_srq_message_bytes_total", "counter", "Bytes of the messages delivered through it.",
+         [](const shared_receive_metrics& q) { return q.counters[operation_kind::recv].bytes; }},
+        {"cordma_srq_receives_failed_total", "counter",
+         "Its receives that completed with an error (a message longer than its buffers, a flush).",
+         [](const shared_receive_metrics& q) { return q.counters[operation_kind::recv].failed; }},
+    };
+    for (const gauge& g : families) {
+        detail::prometheus_family(out, g.name, g.type, g.help);
+        for (const shared_receive_metrics& q : queues)
+            sample(out, g.name, "device=\"" + escaped(q.device) + "\",srq=\"" + std::to_string(q.id) + "\"", "",
+                   g.value(q));
+    }
+}
+
+// The devices' own counters, as the kernel gives them: one family, a
+// series per device, port and counter (port counters and the driver's
+// alike; a name in both is the driver's, as device_counters::operator[]).
+void render_devices(std::string& out, const std::vector<device_counters>& devices) {
+    if (devices.empty())
+        return;
+    const char* family = "cordma_device_events_total";
+    detail::prometheus_family(out, family, "counter",
+                              "The device's own counters (sysfs ports/<port>/counters and hw_counters), by device, "
+                              "port and counter, as the kernel gives them (port_xmit_data and port_rcv_data in 4-byte "
+                              "words).");
+    for (const device_counters& d : devices) {
+        const std::string labels = "device=\"" + escaped(d.device) + "\",port=\"" + std::to_string(d.port) + "\"";
+        for (const auto& [name, value] : d.hw_counters)
+            sample(out, family, labels, "counter=\"" + escaped(name) + "\"", value);
+        for (const auto& [name, value] : d.port_counters)
+            if (!d.hw_counters.contains(name))
+                sample(out, family, labels, "counter=\"" + escaped(name) + "\"", value);
+    }
+}
+
 }  // namespace
 
 std::string to_prometheus(const metrics_snapshot& snapshot, const prometheus_options& options) {
@@ -144,6 +202,8 @@ std::string to_prometheus(const metrics_snapshot& snapshot, const prometheus_opt
                                "How long operations took, from the loop turn that started one to the one that saw "
                                "it complete, by kind (successful ones; receives are not timed).",
                                latencies);
+    render_receive_queues(out, snapshot.shared_receive_queues);
+    render_devices(out, snapshot.devices);
     if (options.peer_hosts) {
         auto hosts = snapshot.by_peer_host();
         std::vector<scope> scopes;

@@ -6,6 +6,9 @@
 #include <mutex>
 #include <vector>
 
+#include <cordma/device.hpp>
+#include <cordma/device_counters.hpp>
+
 #include "core/tick_clock.hpp"
 #include "engine/connection_registry.hpp"
 #include "engine/event_listener_access.hpp"
@@ -78,6 +81,16 @@ void delist(event_listener* listener) noexcept {
         p.latency[k] += last.latency[k];
 }
 
+void add_device_counters(const device_context& device, std::vector<device_counters>& out) noexcept {
+    for (unsigned port = 1; port <= device.attributes().phys_port_cnt; ++port) {
+        try {
+            out.push_back(read_device_counters(device, static_cast<std::uint8_t>(port)));
+        } catch (...) {
+            // No counters there (no sysfs, a device without them): left out.
+        }
+    }
+}
+
 void add_metrics_section(metrics_section section) {
     process_list& p = processes();
     std::lock_guard lock(p.mutex);
@@ -133,6 +146,8 @@ metrics_snapshot process_metrics() {
         metrics_snapshot one = detail::connections_of(l).snapshot();
         for (connection_metrics& c : one.connections)
             out.connections.push_back(std::move(c));
+        for (shared_receive_metrics& q : one.shared_receive_queues)
+            out.shared_receive_queues.push_back(std::move(q));
         out.closed += one.closed;
         out.opened += one.opened;
         out.gone += one.gone;
@@ -143,6 +158,17 @@ metrics_snapshot process_metrics() {
     }
     for (latency_histogram& h : out.latency)
         h.ns_per_tick = detail::tick_clock::ns_per_tick();
+    // Each device once, however many listeners use it.
+    std::vector<const device_context*> read;
+    for (event_listener* l : p.live) {
+        const device_context* d = l->device().get();
+        if (d == nullptr || std::find(read.begin(), read.end(), d) != read.end() ||
+            std::any_of(out.devices.begin(), out.devices.end(),
+                        [&](const device_counters& c) { return c.device == d->name(); }))
+            continue;
+        read.push_back(d);
+        detail::add_device_counters(*d, out.devices);
+    }
     return out;
 }
 

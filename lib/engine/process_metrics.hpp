@@ -25,6 +25,10 @@ void delist(event_listener* listener) noexcept;
 /// alive by the pointer returned.
 std::vector<std::shared_ptr<event_listener>> process_event_listeners();
 
+/// Appends the counters of every port of `device` (read now; a port whose
+/// counters cannot be read is left out) to `out`: metrics_snapshot::devices.
+void add_device_counters(const device_context& device, std::vector<device_counters>& out) noexcept;
+
 /// A module's part of the endpoint's pages, one per module (not per
 /// object: a module renders all of its objects at once, so each family
 /// appears once). Both are called on the endpoint's thread, holding no

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -14,7 +15,9 @@
 #include <cordma/device.hpp>
 #include <cordma/error.hpp>
 #include <cordma/protection_domain.hpp>
+#include "engine/connection_registry.hpp"
 #include "engine/connection_state.hpp"
+#include "engine/event_listener_access.hpp"
 #include "verbs/check.hpp"
 #include "log/logf.hpp"
 
@@ -64,9 +67,13 @@ shared_receive_state::shared_receive_state(std::shared_ptr<cordma::event_listene
         return "ibv_create_srq(device=" + pd_->device()->name() + ", max_wr=" + std::to_string(count) +
                ", max_sge=1)";
     });
+    static std::atomic<std::uint64_t> made{0};
+    id_ = made.fetch_add(1, std::memory_order_relaxed) + 1;
+    event_listener_access::connections(*event_listener()).add_receive_queue(this);  // last: nothing after it throws
 }
 
 shared_receive_state::~shared_receive_state() {
+    event_listener_access::connections(*event_listener()).remove_receive_queue(this);
     // Every QP attached is gone by now (each keeps the state alive), and
     // with them every receive that could still complete.
     if (srq_ != nullptr)
@@ -84,6 +91,8 @@ void shared_receive_state::open() {
     accepting_.store(true, std::memory_order_release);
     for (slot& s : slots_)
         post(&s);
+    fewest_now_ = ready_now_;
+    fewest_ready_.set(fewest_now_);
 }
 
 void shared_receive_state::post(slot* s) {
@@ -97,6 +106,8 @@ void shared_receive_state::post(slot* s) {
     int rc = ibv_post_srq_recv(srq_, &wr, &bad);
     if (rc != 0)
         throw verbs_error(rc, "ibv_post_srq_recv(" + pd_->device()->name() + ")");
+    posted_.add();
+    ready_.set(++ready_now_);
 }
 
 void shared_receive_state::close() noexcept {
@@ -117,9 +128,15 @@ void shared_receive_state::on_complete(completion_target* target, const ibv_wc& 
 }
 
 void shared_receive_state::complete(slot* s, const ibv_wc& wc) noexcept {
+    completions_[std::min<std::size_t>(static_cast<std::size_t>(wc.status), completion_statuses - 1)].add();
+    ready_.set(--ready_now_);
+    if (ready_now_ < fewest_now_)
+        fewest_ready_.set(fewest_now_ = ready_now_);
     if (wc.status == IBV_WC_SUCCESS) {
         if (!attached_)
             return;  // nobody will take it; the buffer stays unposted
+        delivered_.add();
+        bytes_.add(wc.byte_len);
         s->byte_len = wc.byte_len;
         s->has_imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
         s->received_imm = s->has_imm ? ntohl(wc.imm_data) : 0;
@@ -130,6 +147,7 @@ void shared_receive_state::complete(slot* s, const ibv_wc& wc) noexcept {
     // A receive a broken connection had taken (flushed), or one its
     // message did not fit: that connection goes, the buffer is posted
     // again for the others.
+    failed_.add();
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
         std::string why = std::string("a receive of its shared_receive_queue failed with ") +
                           ibv_wc_status_str(wc.status) + " (status " + std::to_string(static_cast<int>(wc.status)) +
@@ -225,6 +243,22 @@ void shared_receive_state::on_broken(std::uint32_t qp_num, const std::string& pe
     } catch (...) {
         // Out of memory: the end goes unreported; next() is unaffected.
     }
+}
+
+shared_receive_metrics shared_receive_state::metrics() const {
+    shared_receive_metrics m;
+    m.device = pd_->device()->name();
+    m.id = id_;
+    m.size = slots_.size();
+    m.buffer_size = buffer_size_;
+    m.connections = connections();
+    m.ready = ready_.get();
+    m.fewest_ready = fewest_ready_.get();
+    operation_counters& r = m.counters.operations[static_cast<std::size_t>(operation_kind::recv)];
+    r = {posted_.get(), delivered_.get(), failed_.get(), bytes_.get()};
+    for (std::size_t s = 0; s < completion_statuses; ++s)
+        m.counters.completions[s] = completions_[s].get();
+    return m;
 }
 
 std::string shared_receive_state::peer_of(std::uint32_t qp_num) const {

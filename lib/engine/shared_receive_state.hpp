@@ -5,6 +5,7 @@
 /// and next() are the base's (message_queue_state). Touched only on the
 /// event listener thread, except the constructor and the read-only sizes.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -18,7 +19,9 @@
 
 #include <cordma/completion_queue.hpp>
 #include <cordma/local_mr.hpp>
+#include <cordma/metrics.hpp>
 #include <cordma/shared_receive_queue.hpp>
+#include "engine/counter.hpp"
 #include "engine/message_queue_state.hpp"
 #include "engine/waiter_queue.hpp"
 
@@ -70,6 +73,11 @@ public:
 
     void release(work_slot* slot) noexcept override;
 
+    /// What it counted, each counter read once (any thread; for the event
+    /// listener's metrics snapshot, which lists the queue from its
+    /// construction to its destruction).
+    shared_receive_metrics metrics() const;
+
     /// The CQ the receives complete on, whichever attached QP takes them
     /// (each has room for all of them there), set when the queue is opened.
     std::shared_ptr<completion_queue> receive_cq;
@@ -109,6 +117,13 @@ private:
     static constexpr std::chrono::seconds early_failure_memory{60};
     std::unordered_map<std::uint32_t, early_failure> failed_before_attach_;
     std::shared_ptr<waiter_queue<ended_connection>> ends_;
+
+    // metrics(): counted on the event listener thread.
+    std::uint64_t id_;
+    counter posted_, delivered_, failed_, bytes_, ready_, fewest_ready_;
+    std::array<counter, completion_statuses> completions_;
+    std::uint64_t ready_now_ = 0;  // the gauges' values, kept where the loop reads them
+    std::uint64_t fewest_now_ = 0;
 };
 
 /// How the library reaches inside the public handle.

@@ -164,6 +164,28 @@ std::string render(const reading& before, const reading& now, const view_options
             errors += " " + status + " " + std::to_string(static_cast<unsigned long long>(n));
     out += "completions with errors:" + (errors.empty() ? std::string(" none") : errors) + "\n";
 
+    // The devices' own counters: packets each way per second, then every
+    // other counter that is not 0 (retries, sequence errors, RNR NAKs).
+    std::map<std::pair<std::string, std::string>, std::map<std::string, double>> ports0, ports1;
+    for (const auto* r : {&before, &now})
+        for (const sample& s : r->samples)
+            if (s.name == "cordma_device_events_total")
+                (r == &now ? ports1 : ports0)[{s.labels.at("device"), s.labels.at("port")}][s.labels.at("counter")] =
+                    s.value;
+    for (auto& [port, counters] : ports1) {
+        auto& was = ports0[port];
+        auto packets = [](std::map<std::string, double>& c, const char* hw, const char* ib) { return c[hw] + c[ib]; };
+        std::string others;
+        for (const auto& [name, value] : counters)
+            if (value != 0 && name != "sent_pkts" && name != "rcvd_pkts" && name.rfind("port_", 0) != 0)
+                others += " " + name + " " + std::to_string(static_cast<unsigned long long>(value));
+        out += line("device %s port %s: packets/s sent %.0f, received %.0f;%s", port.first.c_str(),
+                    port.second.c_str(),
+                    rate(packets(was, "sent_pkts", "port_xmit_packets"), packets(counters, "sent_pkts", "port_xmit_packets")),
+                    rate(packets(was, "rcvd_pkts", "port_rcv_packets"), packets(counters, "rcvd_pkts", "port_rcv_packets")),
+                    others.empty() ? " nothing else counted" : others.c_str());
+    }
+
     // By peer host.
     sums host_done1 = by(now, "cordma_peer_operations_completed_total", "host");
     if (!host_done1.empty()) {
@@ -203,6 +225,25 @@ std::string render(const reading& before, const reading& now, const view_options
         for (const auto& [server, n] : by(now, "cordma_rpc_unknown_method_total", "server"))
             if (n != 0)
                 out += line("%-6s %-18s %10s %12.0f", server.c_str(), "(no such method)", "", n);
+    }
+
+    // Shared receive queues (an rpc server's): how close each ran to dry.
+    std::vector<std::map<std::string, std::string>> queues;
+    for (const sample& s : now.samples)
+        if (s.name == "cordma_srq_size")
+            queues.push_back({{"device", s.labels.at("device")}, {"srq", s.labels.at("srq")}});
+    if (!queues.empty()) {
+        out += "\n";
+        out += line("%-12s %8s %11s %8s %8s %10s %12s %9s", "shared rq", "size", "connections", "ready", "fewest",
+                    "msgs/s", "messages", "failed");
+        for (const auto& q : queues) {
+            std::string name = q.at("device") + "#" + q.at("srq");
+            out += line("%-12s %8.0f %11.0f %8.0f %8.0f %10.0f %12.0f %9.0f", name.c_str(),
+                        one(now, "cordma_srq_size", q), one(now, "cordma_srq_connections", q),
+                        one(now, "cordma_srq_receives_ready", q), one(now, "cordma_srq_receives_fewest_ready", q),
+                        rate(one(before, "cordma_srq_messages_total", q), one(now, "cordma_srq_messages_total", q)),
+                        one(now, "cordma_srq_messages_total", q), one(now, "cordma_srq_receives_failed_total", q));
+        }
     }
 
     // What waits longest.
