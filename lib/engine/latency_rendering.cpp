@@ -1,6 +1,8 @@
 // latency_rendering.hpp: histograms as Prometheus summaries and JSON.
 #include "engine/latency_rendering.hpp"
 
+#include "engine/process_metrics.hpp"
+
 #include <cmath>
 #include <cstdio>
 
@@ -38,7 +40,7 @@ void prometheus_summary(std::string& out, const std::string& name, const std::st
                         const std::vector<labelled_histogram>& series) {
     if (series.empty())
         return;
-    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " summary\n";
+    prometheus_family(out, name, "summary", help);
     for (const auto& [labels, h] : series) {
         bool empty = h->count() == 0;
         for (const auto& [label, q] : quantiles)
@@ -54,7 +56,7 @@ void prometheus_summary(std::string& out, const std::string& name, const std::st
         max.insert(at, "_max");
     else
         max += "_max";
-    out += "# HELP " + max + " The longest of them (since the start or the last reset).\n# TYPE " + max + " gauge\n";
+    prometheus_family(out, max, "gauge", "The longest of them (since the start or the last reset).");
     for (const auto& [labels, h] : series)
         prometheus_line(out, max, labels, "", seconds(h->max_ns()));
 }

@@ -99,8 +99,7 @@ void render(std::string& out, const char* prefix, const char* what, const std::v
         return;
     for (const family& f : families) {
         std::string name = std::string("cordma_") + prefix + f.name;
-        out += "# HELP " + name + " " + f.help + " " + what + "\n";
-        out += "# TYPE " + name + " counter\n";
+        detail::prometheus_family(out, name, "counter", std::string(f.help) + " " + what);
         for (const scope& s : scopes)
             f.samples(*s.counters,
                       [&](const std::string& extra, std::uint64_t value) { sample(out, name, s.labels, extra, value); });
@@ -172,21 +171,20 @@ std::string to_prometheus(const metrics_snapshot& snapshot, const prometheus_opt
     std::uint64_t broken = 0;
     for (const connection_metrics& c : snapshot.connections)
         broken += c.broken ? 1 : 0;
-    out += "# HELP cordma_queue_pairs Queue pairs live now (a connection with the agent has two).\n"
-           "# TYPE cordma_queue_pairs gauge\n";
+    detail::prometheus_family(out, "cordma_queue_pairs", "gauge",
+                              "Queue pairs live now (a connection with the agent has two).");
     sample(out, "cordma_queue_pairs", "", "", snapshot.connections.size());
-    out += "# HELP cordma_queue_pairs_broken Live queue pairs whose connection broke (not yet closed).\n"
-           "# TYPE cordma_queue_pairs_broken gauge\n";
+    detail::prometheus_family(out, "cordma_queue_pairs_broken", "gauge",
+                              "Live queue pairs whose connection broke (not yet closed).");
     sample(out, "cordma_queue_pairs_broken", "", "", broken);
-    out += "# HELP cordma_queue_pairs_opened_total Queue pairs opened.\n"
-           "# TYPE cordma_queue_pairs_opened_total counter\n";
+    detail::prometheus_family(out, "cordma_queue_pairs_opened_total", "counter", "Queue pairs opened.");
     sample(out, "cordma_queue_pairs_opened_total", "", "", snapshot.opened);
-    out += "# HELP cordma_queue_pairs_closed_total Queue pairs closed (their counts stay in the totals).\n"
-           "# TYPE cordma_queue_pairs_closed_total counter\n";
+    detail::prometheus_family(out, "cordma_queue_pairs_closed_total", "counter",
+                              "Queue pairs closed (their counts stay in the totals).");
     sample(out, "cordma_queue_pairs_closed_total", "", "", snapshot.gone);
-    out += "# HELP cordma_disconnects_total Queue pairs whose connection ended, by cause (closed_here, peer_closed, "
-           "failed_completion, other).\n"
-           "# TYPE cordma_disconnects_total counter\n";
+    detail::prometheus_family(out, "cordma_disconnects_total", "counter",
+                              "Queue pairs whose connection ended, by cause (closed_here, peer_closed, "
+                              "failed_completion, other).");
     for (std::size_t i = 0; i < disconnect_causes; ++i)
         sample(out, "cordma_disconnects_total", "",
                std::string("cause=\"") + name(static_cast<disconnect_cause>(i)) + "\"", snapshot.disconnects[i]);
@@ -218,8 +216,8 @@ std::string to_prometheus(const metrics_snapshot& snapshot, const prometheus_opt
                                   escaped(c.role) + "\"",
                               &c.counters});
         render(out, "qp_", "By live queue pair.", scopes);
-        out += "# HELP cordma_qp_broken Whether the live queue pair's connection broke (1) or is up (0).\n"
-               "# TYPE cordma_qp_broken gauge\n";
+        detail::prometheus_family(out, "cordma_qp_broken", "gauge",
+                                  "Whether the live queue pair's connection broke (1) or is up (0).");
         for (std::size_t i = 0; i < scopes.size(); ++i)
             sample(out, "cordma_qp_broken", scopes[i].labels, "", snapshot.connections[i].broken ? 1 : 0);
     }

@@ -64,15 +64,14 @@ void clients_prometheus(std::string& out) {
     client_metrics c = client_tally::process_total();
     if (c.calls == 0)
         return;
-    out += "# HELP cordma_rpc_client_calls_total rpc calls made by this process's clients.\n"
-           "# TYPE cordma_rpc_client_calls_total counter\n"
-           "cordma_rpc_client_calls_total " + std::to_string(c.calls) + "\n";
-    out += "# HELP cordma_rpc_client_answered_total rpc calls of this process's clients answered with a response.\n"
-           "# TYPE cordma_rpc_client_answered_total counter\n"
-           "cordma_rpc_client_answered_total " + std::to_string(c.answered) + "\n";
-    out += "# HELP cordma_rpc_client_errors_total rpc calls of this process's clients that ended with an error, by "
-           "error.\n"
-           "# TYPE cordma_rpc_client_errors_total counter\n";
+    using cordma::detail::prometheus_family;
+    prometheus_family(out, "cordma_rpc_client_calls_total", "counter", "rpc calls made by this process's clients.");
+    out += "cordma_rpc_client_calls_total " + std::to_string(c.calls) + "\n";
+    prometheus_family(out, "cordma_rpc_client_answered_total", "counter",
+                      "rpc calls of this process's clients answered with a response.");
+    out += "cordma_rpc_client_answered_total " + std::to_string(c.answered) + "\n";
+    prometheus_family(out, "cordma_rpc_client_errors_total", "counter",
+                      "rpc calls of this process's clients that ended with an error, by error.");
     for (std::size_t e = 1; e < c.errors.size(); ++e)
         out += std::string("cordma_rpc_client_errors_total{error=\"") + error_names[e] + "\"} " +
                std::to_string(c.errors[e]) + "\n";
@@ -91,8 +90,7 @@ void prometheus(std::string& out) {
     for (const auto& s : list)
         read.emplace_back(s->number(), s->read());
     for (const family& f : families) {
-        out += std::string("# HELP ") + f.name + " " + f.help + "\n";
-        out += std::string("# TYPE ") + f.name + " " + f.type + "\n";
+        cordma::detail::prometheus_family(out, f.name, f.type, f.help);
         for (const auto& [number, m] : read)
             for (const method_metrics& mm : m.methods) {
                 out += f.name;
@@ -100,8 +98,8 @@ void prometheus(std::string& out) {
                 out += std::to_string(f.value(mm)) + "\n";
             }
     }
-    out += "# HELP cordma_rpc_errors_total rpc calls answered with an error, by server, method and error.\n"
-           "# TYPE cordma_rpc_errors_total counter\n";
+    cordma::detail::prometheus_family(out, "cordma_rpc_errors_total", "counter",
+                                      "rpc calls answered with an error, by server, method and error.");
     for (const auto& [number, m] : read)
         for (const method_metrics& mm : m.methods)
             for (std::size_t e = 1; e < mm.errors.size(); ++e)
@@ -119,8 +117,8 @@ void prometheus(std::string& out) {
                                        "How long answered rpc calls took in the server, from the loop turn that "
                                        "received the request to the one that sent the answer, by server and method.",
                                        latencies);
-    out += "# HELP cordma_rpc_unknown_method_total rpc calls to a method without a handler, by server.\n"
-           "# TYPE cordma_rpc_unknown_method_total counter\n";
+    cordma::detail::prometheus_family(out, "cordma_rpc_unknown_method_total", "counter",
+                                      "rpc calls to a method without a handler, by server.");
     for (const auto& [number, m] : read)
         out += "cordma_rpc_unknown_method_total{server=\"" + std::to_string(number) + "\"} " +
                std::to_string(m.unknown_method) + "\n";
