@@ -10,6 +10,7 @@
 
 #include <cordma/error.hpp>
 #include <cordma/task_group.hpp>
+#include "engine/connection_state.hpp"
 #include "engine/peer_host.hpp"
 #include "log/logf.hpp"
 
@@ -44,6 +45,7 @@ void agent::attach(connection control, std::weak_ptr<connection_state> data) {
     control_ = std::move(control);
     data_ = std::move(data);
     attached_ = true;
+    connection_access::state(control_)->receives_are_standing();
     for (std::uint32_t i = 0; i < proto::receive_depth; ++i) {
         auto self = shared_from_this();
         spawn_detached([](std::shared_ptr<agent> a, local_mr buffer) -> task<void> {

@@ -44,11 +44,9 @@ void connection_state::collect_pending(std::uint64_t now_ms, std::vector<pending
         if (s->op != nullptr)
             add(*s->op, pending_stage::posted, s->posted_ms);
     // Receives a recv waits on (a receive_queue's standing ones are not
-    // operations anyone awaits one by one, nor are the agent's: its
-    // control QP receives only through its standing receive loop, and its
-    // calls have entries of their own, agent_call).
-    bool standing_receives = std::strcmp(role_, "agent") == 0;
-    for (const work_slot* s = posted_head_; s != nullptr && !standing_receives; s = s->next_in_line)
+    // operations anyone awaits one by one, nor are those of a QP whose
+    // owner said so: receives_are_standing).
+    for (const work_slot* s = posted_head_; s != nullptr && !standing_receives_; s = s->next_in_line)
         if (s->op != nullptr)
             add(*s->op, pending_stage::receive_posted, s->posted_ms);
     for (const operation_base* op = send_waiters_head_; op != nullptr; op = op->next_waiting)

@@ -156,6 +156,12 @@ public:
     const connection_tally& tally() const noexcept { return tally_; }
     /// "data" or "agent" (metrics).
     const char* role() const noexcept { return role_; }
+    /// Loop thread. Its receives are a standing loop's (the agent's control
+    /// QP: it receives only through its own receive loop, and its calls
+    /// have stuck entries of their own), not operations anyone awaits one
+    /// by one: the stuck report leaves them out, as it does a
+    /// receive_queue's.
+    void receives_are_standing() noexcept { standing_receives_ = true; }
 
 private:
     static void on_complete(completion_target* target, const ibv_wc& wc) noexcept;
@@ -249,6 +255,7 @@ private:
     work_slot* sent_tail_ = nullptr;
     connection_tally tally_;
     const char* role_;
+    bool standing_receives_ = false;
     memory_region atomic_results_mr_;
 
     // Waiting for a credit, FIFO, per queue.
