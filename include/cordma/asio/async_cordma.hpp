@@ -113,17 +113,42 @@ struct stop_relay {
     void operator()() noexcept { source.request_stop(); }
 };
 
+/// The executor to count an operation's outstanding work on: a strand's
+/// inner executor (recursively), else the executor itself. The work is
+/// released last, and a strand copy destroyed after that would take its
+/// service's lock while the io_context, whose run() may have returned the
+/// moment the work was done, destroys that service.
+template <class Executor>
+auto work_executor(const Executor& ex) {
+    if constexpr (requires { ex.get_inner_executor(); })
+        return work_executor(ex.get_inner_executor());
+    else
+        return ex;
+}
+
+/// The handler, held so that the frame can destroy its own copy before it
+/// releases the operation's work (a coroutine's parameters live until its
+/// frame goes; a moved-from executor_binder still holds its executor).
+template <class Handler>
+struct handler_slot {
+    std::optional<Handler> handler;
+};
+
 /// The one implementation behind every async_* function: makes the cordma
 /// awaitable with the stop token, awaits it, and posts (error, value) to
 /// the handler's executor. Never throws: every failure goes to the handler.
+/// Runs on the event listener thread; everything of the handler's it
+/// holds (its executor above all) is gone before the operation's work is
+/// released, so a program may destroy its io_context as soon as run()
+/// returns.
 template <class Error, class Make, class Handler, class DefaultExecutor>
-task<void> run_for_asio(Make make, Handler handler, std::stop_source source, std::stop_token also,
+task<void> run_for_asio(Make make, handler_slot<Handler> slot, std::stop_source source, std::stop_token also,
                         DefaultExecutor default_executor) {
     using T = made_result_t<Make>;
-    auto executor = asio::get_associated_executor(handler, default_executor);
     // Outstanding work, as for any Asio operation: io_context::run() must
     // not return while the RDMA side is still busy.
-    auto outstanding = asio::make_work_guard(executor);
+    auto outstanding = asio::make_work_guard(
+        work_executor(asio::get_associated_executor(*slot.handler, default_executor)));
     std::stop_token token = also;
     std::optional<std::stop_callback<stop_relay>> relay;
     if (source.stop_possible()) {
@@ -139,12 +164,17 @@ task<void> run_for_asio(Make make, Handler handler, std::stop_source source, std
             error = asio_error<Error>(std::current_exception());
         }
         relay.reset();
-        asio::post(executor, [handler = std::move(handler), error]() mutable {
-            // The slot's handler holds the stop source: gone before the
-            // user's handler runs, as Asio's own operations do.
-            asio::get_associated_cancellation_slot(handler).clear();
-            std::move(handler)(error);
-        });
+        {
+            Handler handler = std::move(*slot.handler);
+            slot.handler.reset();
+            auto executor = asio::get_associated_executor(handler, default_executor);
+            asio::post(executor, [handler = std::move(handler), error]() mutable {
+                // The slot's handler holds the stop source: gone before the
+                // user's handler runs, as Asio's own operations do.
+                asio::get_associated_cancellation_slot(handler).clear();
+                std::move(handler)(error);
+            });
+        }  // the executor and the moved-from handler, gone with the work still held
     } else {
         // Value-initialized, and passed so alongside an error (every T a
         // cordma call yields is default-constructible).
@@ -155,11 +185,17 @@ task<void> run_for_asio(Make make, Handler handler, std::stop_source source, std
             error = asio_error<Error>(std::current_exception());
         }
         relay.reset();
-        asio::post(executor, [handler = std::move(handler), error, value = std::move(value)]() mutable {
-            asio::get_associated_cancellation_slot(handler).clear();
-            std::move(handler)(error, std::move(value));
-        });
+        {
+            Handler handler = std::move(*slot.handler);
+            slot.handler.reset();
+            auto executor = asio::get_associated_executor(handler, default_executor);
+            asio::post(executor, [handler = std::move(handler), error, value = std::move(value)]() mutable {
+                asio::get_associated_cancellation_slot(handler).clear();
+                std::move(handler)(error, std::move(value));
+            });
+        }
     }
+    outstanding.reset();  // last: run() may return from here on
 }
 
 /// The generic initiation: `make` is a callable std::stop_token -> a cordma
@@ -183,8 +219,9 @@ auto async_cordma(CompletionToken&& token, Make make, std::stop_token also = {},
                 source = std::stop_source();
                 slot.template emplace<stop_on_cancel>(source, honoured);
             }
-            spawn_detached(run_for_asio<Error>(std::move(make), std::move(handler), std::move(source), std::move(also),
-                                               std::move(default_executor)));
+            using handler_type = decltype(handler);
+            spawn_detached(run_for_asio<Error>(std::move(make), handler_slot<handler_type>{std::move(handler)},
+                                               std::move(source), std::move(also), std::move(default_executor)));
         },
         token, std::move(make), std::move(also), honoured, std::move(default_executor));
 }
