@@ -258,7 +258,7 @@ while read -r name offset check regex; do
     done
     probe
     # Served while the half-open client still held on: the listener did
-    # not wait for it (it holds on for the target's 5 s connect_timeout).
+    # not wait for it (it holds on for the target's 8 s connect_timeout).
     kill -0 "$hostile_pid" 2>/dev/null || fail "the half-open client's hold ended before a new client was served: the listener waited for it"
   fi
   while read -r -t 60 -u "$hostile" line; do echo "  $line"; done

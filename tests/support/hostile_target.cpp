@@ -442,10 +442,12 @@ constexpr std::uint8_t loaded_vm_ack_timeout = 16;
 int serve(const std::string& ip, int base, const std::string& log) {
     builder b;
     b.timeout(loaded_vm_ack_timeout);
-    // A half-open client is dropped after 5 s, not the default 10: four
-    // scenarios hold a handshake open until the server gives up (20 s of
-    // CI less), and the probe served meanwhile takes 1-2.5 s.
-    b.connect_timeout(std::chrono::seconds(5));
+    // A half-open client is dropped after 8 s, not the default 10: four
+    // scenarios hold a handshake open until the server gives up (8 s of CI
+    // less), and the probe served meanwhile must finish first: 1-2.5 s on
+    // quiet hosts, 3.3 s with both host cores kept busy by other processes
+    // (which made 5 s too short once, 2026-12-07).
+    b.connect_timeout(std::chrono::seconds(8));
     builder cm_builder = b;  // copies share one runtime: one device, PD, pool
     builder tcp_builder = b;
     tcp_builder.exchange(endpoint_exchange::tcp);
