@@ -8,13 +8,17 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -236,6 +240,69 @@ TEST_CASE("every operation's latency lands in its kind's histogram, and a reset 
     CHECK(later.latency_of(operation_kind::read).count() == 0);
     CHECK(later.latency_of(operation_kind::write).max_ns() > 0);
     CHECK(later.total()[operation_kind::write].completed == rounds + 10);
+}
+
+TEST_CASE("receives that find the receive queue full wait, each counted once", "[metrics]") {
+    qp_capacity capacity;
+    capacity.max_recv_wr = 4;
+    fixture f(capacity);
+    local_mr in = f.pool->allocate(10 * 64);
+    local_mr out = f.pool->allocate(64);
+    std::memset(out.data(), 7, 64);
+
+    // The sender sends only when the server has a receive posted for the
+    // message (its posted count, written after ibv_post_recv): no
+    // receiver-not-ready retry, however the threads run. Whatever stops it
+    // (a send failing, 30 s without the receive it waits for) shuts the
+    // server's connection down, so the receives fail instead of waiting.
+    std::string sender_failed;
+    std::thread sender([&] {
+        try {
+            for (std::uint64_t sent = 0; sent < 10; ++sent) {
+                auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+                while (f.server.counters()[operation_kind::recv].posted < sent + 1) {
+                    if (std::chrono::steady_clock::now() > until)
+                        throw std::runtime_error("receive " + std::to_string(sent + 1) + " never posted within 30 s");
+                    std::this_thread::yield();
+                }
+                sync_wait(f.client.send(out.slice(0, 64)));
+            }
+        } catch (const std::exception& e) {
+            sender_failed = e.what();
+            f.server.shut_down();
+        }
+    });
+    // Ten receives started at once on the event listener thread: four take
+    // the receive queue's four entries, six wait for one.
+    std::uint64_t got = 0;
+    std::string receiver_failed;
+    try {
+        got = sync_wait([](fixture& f, local_mr& in) -> task<std::uint64_t> {
+            co_await f.el->schedule();
+            std::vector<task<std::size_t>> receives;
+            for (std::size_t i = 0; i < 10; ++i)
+                receives.push_back([](connection& c, local_slice into) -> task<std::size_t> {
+                    recv_result r = co_await c.recv(into);
+                    co_return r.length;
+                }(f.server, in.slice(i * 64, 64)));
+            std::vector<std::size_t> lengths = co_await when_all(std::move(receives));
+            std::uint64_t sum = 0;
+            for (std::size_t n : lengths)
+                sum += n;
+            co_return sum;
+        }(f, in));
+    } catch (const std::exception& e) {
+        receiver_failed = e.what();
+        f.client.shut_down();  // a sender waiting on a send fails too
+    }
+    sender.join();
+    REQUIRE(sender_failed.empty());
+    REQUIRE(receiver_failed.empty());
+    CHECK(got == 10 * 64);
+    connection_counters c = f.server.counters();
+    CHECK(c.recv_waits == 6);
+    check_kind(c, operation_kind::recv, 10, 10 * 64);
+    CHECK(f.client.counters().send_waits == 0);
 }
 
 TEST_CASE("waits for a full send queue and a failed write are counted, by status", "[metrics]") {

@@ -344,10 +344,11 @@ CORDMA_C_API ssize_t cordma_metrics(const cordma_context *ctx, cordma_metrics_fo
  *  (EINVAL) for a NULL context. */
 CORDMA_C_API int cordma_set_trace(cordma_context *ctx, const unsigned char *trace_id);
 /** The trace id carried by the last message or collective frame this side
- *  took from `peer` (cordma_recv, a collective), copied to trace_id[0..15]:
- *  returns 1 if it carried one, 0 if it carried none (or nothing was taken
- *  yet; trace_id is zeroed), -1 on error (EINVAL: a NULL context or
- *  trace_id, or no such peer). */
+ *  received whole from `peer` (cordma_recv, a collective), copied to
+ *  trace_id[0..15]: returns 1 if it carried one, 0 if it carried none (or
+ *  nothing was received yet; trace_id is zeroed), -1 on error (EINVAL: a
+ *  NULL context or trace_id, or no such peer). A call like the others: it
+ *  waits for a call running on the context from another thread. */
 CORDMA_C_API int cordma_last_trace(cordma_context *ctx, int peer, unsigned char *trace_id);
 
 /** The message of this thread's last failed call ("" if none failed yet).

@@ -198,14 +198,19 @@ struct shared_receive_metrics {
     /// Receives posted now, waiting for a message (size() minus the
     /// messages arrived and not yet released).
     std::uint64_t ready = 0;
-    /// The fewest posted at any moment since it opened: 0 means it ran dry
-    /// at least once, and a sender arriving then waited in receiver-not-ready
-    /// retries (builder::rnr_retry).
+    /// The fewest posted since it opened, as the event listener saw them
+    /// (it counts a receive used when it reaps the completion, and a
+    /// message's buffer is posted again when released): 0 means the queue
+    /// ran dry at least once. Not proof of the opposite: the device may use
+    /// up its receives between two passes of the loop, and then senders
+    /// wait in receiver-not-ready retries unseen here (the senders' devices
+    /// count those: device_counters, rcvd_rnr_err).
     std::uint64_t fewest_ready = 0;
     /// What it counted: operations[recv] (posted: receives posted, the
     /// first size() included; completed and bytes: messages delivered;
-    /// failed: receives that completed with an error) and completions by
-    /// status. The other counters stay 0.
+    /// failed: receives that completed with an error, or with a message
+    /// that arrived after the queue's handle was destroyed and was
+    /// dropped) and completions by status. The other counters stay 0.
     connection_counters counters;
 };
 

@@ -134,7 +134,6 @@ void check_frame(peer_state& p, inbound_frame& f, frame_kind kind, std::size_t m
     }
     if (errnum != 0)
         hold_and_throw(p, std::move(f), errnum, why);
-    p.last_trace = h.trace;
 }
 
 std::optional<std::size_t> land_now(peer_state& p, inbound_frame& f, std::byte* into) {
@@ -145,7 +144,9 @@ std::optional<std::size_t> land_now(peer_state& p, inbound_frame& f, std::byte* 
     auto size = static_cast<std::size_t>(f.header.size);
     if (size != 0)
         std::memcpy(into, wire::payload(f.message.bytes(), f.header).data(), size);
+    const trace_id trace = f.header.trace;
     p.link->finish(f);
+    p.last_trace = trace;  // delivered
     return size;
 }
 
@@ -168,7 +169,9 @@ task<std::size_t> take_frame(std::shared_ptr<peer_state> p, frame_kind kind, use
     std::shared_ptr<peer_link> link = p->link;
     local_slice into = buf->registered(offset, size);
     co_await link->fetch(f, into);
+    const trace_id trace = f.header.trace;
     link->finish(f);
+    p->last_trace = trace;  // delivered (read from the peer's memory)
     co_return size;
 }
 

@@ -47,7 +47,7 @@ void connection_registry::remove_receive_queue(const shared_receive_state* queue
     auto it = std::find(receive_queues_.begin(), receive_queues_.end(), queue);
     if (it == receive_queues_.end())
         return;
-    closed_ += queue->metrics().counters;  // under the lock: no snapshot sees it twice or not at all
+    closed_ += queue->counted();  // under the lock: no snapshot sees it twice or not at all
     receive_queues_.erase(it);
 }
 

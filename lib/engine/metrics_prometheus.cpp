@@ -125,7 +125,7 @@ void render_receive_queues(std::string& out, const std::vector<shared_receive_me
         {"cordma_srq_receives_ready", "gauge", "Receives posted now, waiting for a message.",
          [](const shared_receive_metrics& q) { return q.ready; }},
         {"cordma_srq_receives_fewest_ready", "gauge",
-         "The fewest receives posted at any moment since the queue opened (0: it ran dry, senders waited).",
+         "The fewest receives posted since the queue opened, as the event loop saw them (0: it ran dry).",
          [](const shared_receive_metrics& q) { return q.fewest_ready; }},
         {"cordma_srq_messages_total", "counter", "Messages delivered through the shared receive queue.",
          [](const shared_receive_metrics& q) { return q.counters[operation_kind::recv].completed; }},

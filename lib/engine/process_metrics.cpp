@@ -135,7 +135,7 @@ std::string process_json() {
 
 metrics_snapshot process_metrics() {
     detail::process_list& p = detail::processes();
-    std::lock_guard lock(p.mutex);
+    std::unique_lock lock(p.mutex);
     metrics_snapshot out;
     out.closed = p.closed;
     out.opened = p.opened;
@@ -158,17 +158,18 @@ metrics_snapshot process_metrics() {
     }
     for (latency_histogram& h : out.latency)
         h.ns_per_tick = detail::tick_clock::ns_per_tick();
-    // Each device once, however many listeners use it.
-    std::vector<const device_context*> read;
+    // Each device once, however many listeners use it; read from sysfs
+    // after the lock (event listeners start and go meanwhile).
+    std::vector<std::shared_ptr<device_context>> devices;
     for (event_listener* l : p.live) {
-        const device_context* d = l->device().get();
-        if (d == nullptr || std::find(read.begin(), read.end(), d) != read.end() ||
-            std::any_of(out.devices.begin(), out.devices.end(),
-                        [&](const device_counters& c) { return c.device == d->name(); }))
-            continue;
-        read.push_back(d);
-        detail::add_device_counters(*d, out.devices);
+        const std::shared_ptr<device_context>& d = l->device();
+        if (d && std::none_of(devices.begin(), devices.end(),
+                              [&](const auto& seen) { return seen->name() == d->name(); }))
+            devices.push_back(d);
     }
+    lock.unlock();
+    for (const auto& d : devices)
+        detail::add_device_counters(*d, out.devices);
     return out;
 }
 

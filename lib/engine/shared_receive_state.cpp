@@ -69,7 +69,15 @@ shared_receive_state::shared_receive_state(std::shared_ptr<cordma::event_listene
     });
     static std::atomic<std::uint64_t> made{0};
     id_ = made.fetch_add(1, std::memory_order_relaxed) + 1;
-    event_listener_access::connections(*event_listener()).add_receive_queue(this);  // last: nothing after it throws
+    // Until open() posts them, none is ready, and none has been used.
+    fewest_now_ = count;
+    fewest_ready_.set(fewest_now_);
+    try {
+        event_listener_access::connections(*event_listener()).add_receive_queue(this);  // last: nothing after it throws
+    } catch (...) {
+        ibv_destroy_srq(srq_);  // the destructor does not run for a constructor that throws
+        throw;
+    }
 }
 
 shared_receive_state::~shared_receive_state() {
@@ -133,8 +141,10 @@ void shared_receive_state::complete(slot* s, const ibv_wc& wc) noexcept {
     if (ready_now_ < fewest_now_)
         fewest_ready_.set(fewest_now_ = ready_now_);
     if (wc.status == IBV_WC_SUCCESS) {
-        if (!attached_)
-            return;  // nobody will take it; the buffer stays unposted
+        if (!attached_) {
+            failed_.add();  // dropped: nobody will take it; the buffer stays unposted
+            return;
+        }
         delivered_.add();
         bytes_.add(wc.byte_len);
         s->byte_len = wc.byte_len;
@@ -245,6 +255,15 @@ void shared_receive_state::on_broken(std::uint32_t qp_num, const std::string& pe
     }
 }
 
+connection_counters shared_receive_state::counted() const noexcept {
+    connection_counters c;
+    c.operations[static_cast<std::size_t>(operation_kind::recv)] = {posted_.get(), delivered_.get(), failed_.get(),
+                                                                    bytes_.get()};
+    for (std::size_t s = 0; s < completion_statuses; ++s)
+        c.completions[s] = completions_[s].get();
+    return c;
+}
+
 shared_receive_metrics shared_receive_state::metrics() const {
     shared_receive_metrics m;
     m.device = pd_->device()->name();
@@ -254,10 +273,7 @@ shared_receive_metrics shared_receive_state::metrics() const {
     m.connections = connections();
     m.ready = ready_.get();
     m.fewest_ready = fewest_ready_.get();
-    operation_counters& r = m.counters.operations[static_cast<std::size_t>(operation_kind::recv)];
-    r = {posted_.get(), delivered_.get(), failed_.get(), bytes_.get()};
-    for (std::size_t s = 0; s < completion_statuses; ++s)
-        m.counters.completions[s] = completions_[s].get();
+    m.counters = counted();
     return m;
 }
 

@@ -77,6 +77,9 @@ public:
     /// listener's metrics snapshot, which lists the queue from its
     /// construction to its destruction).
     shared_receive_metrics metrics() const;
+    /// Its counts alone (what metrics().counters holds), with nothing to
+    /// allocate: for the registry's closed totals as it goes.
+    connection_counters counted() const noexcept;
 
     /// The CQ the receives complete on, whichever attached QP takes them
     /// (each has room for all of them there), set when the queue is opened.

@@ -173,7 +173,7 @@ std::string render(const reading& before, const reading& now, const view_options
                 (r == &now ? ports1 : ports0)[{s.labels.at("device"), s.labels.at("port")}][s.labels.at("counter")] =
                     s.value;
     for (auto& [port, counters] : ports1) {
-        auto& was = ports0[port];
+        auto& was = ports0.contains(port) ? ports0[port] : counters;  // new since the last reading: no rate yet
         auto packets = [](std::map<std::string, double>& c, const char* hw, const char* ib) { return c[hw] + c[ib]; };
         std::string others;
         for (const auto& [name, value] : counters)
@@ -238,11 +238,14 @@ std::string render(const reading& before, const reading& now, const view_options
                     "msgs/s", "messages", "failed");
         for (const auto& q : queues) {
             std::string name = q.at("device") + "#" + q.at("srq");
+            // A queue new since the last reading has no rate yet.
+            double messages = one(now, "cordma_srq_messages_total", q);
+            bool seen = by(before, "cordma_srq_size", "", q).count("") != 0;
             out += line("%-12s %8.0f %11.0f %8.0f %8.0f %10.0f %12.0f %9.0f", name.c_str(),
                         one(now, "cordma_srq_size", q), one(now, "cordma_srq_connections", q),
                         one(now, "cordma_srq_receives_ready", q), one(now, "cordma_srq_receives_fewest_ready", q),
-                        rate(one(before, "cordma_srq_messages_total", q), one(now, "cordma_srq_messages_total", q)),
-                        one(now, "cordma_srq_messages_total", q), one(now, "cordma_srq_receives_failed_total", q));
+                        seen ? rate(one(before, "cordma_srq_messages_total", q), messages) : 0.0, messages,
+                        one(now, "cordma_srq_receives_failed_total", q));
         }
     }
 
