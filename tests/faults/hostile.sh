@@ -217,7 +217,7 @@ stream-bad-hello 3 expect ^cordma::stream_listener::accept: refused $peer_re: it
 stream-wrong-module 3 expect ^cordma::stream_listener::accept: refused $peer_re: the peer is a cordma C API context, this side a cordma stream
 stream-window-zero 3 expect ^cordma::stream_listener::accept: refused $peer_re: its window of 0 frames is out of range
 stream-huge-window 3 expect ^cordma::stream_listener::accept: refused $peer_re: its window of 4096 frames is out of range
-stream-silent 3 stall ^cordma::stream_listener::accept: refused $peer_re: receive_queue::next from $peer_re: no message within 5000 ms
+stream-silent 3 stall ^cordma::stream_listener::accept: refused $peer_re: receive_queue::next from $peer_re: no message within 8000 ms
 stream-bad-frame 3 expect ^cordma::stream to $peer_re: stream peer $peer_re sent a frame without the link's magic number
 stream-unknown-op 3 expect ^cordma::stream to $peer_re: stream peer $peer_re sent a frame of unknown op 99
 stream-ack-beyond 3 expect ^cordma::stream to $peer_re: stream peer $peer_re acknowledged 1000 frames but only 0 were outstanding
