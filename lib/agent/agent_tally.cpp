@@ -3,6 +3,7 @@
 #include "agent/agent_tally.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -13,18 +14,32 @@ namespace cordma::detail {
 
 namespace {
 
-const char* const end_names[grant_ends] = {"released", "expired", "revoked", "closed", "unsent"};
+// How a grant ended, as the pages name it, and its count.
+const std::pair<const char*, std::uint64_t agent_counters::*> ends[grant_ends] = {
+    {"released", &agent_counters::released},
+    {"expired", &agent_counters::expired},
+    {"revoked", &agent_counters::revoked},
+    {"closed", &agent_counters::closed},
+    {"unsent", &agent_counters::unsent}};
+
+// Every field of `from` added to `to`.
+void add(agent_counters& to, const agent_counters& from) {
+    for (std::uint64_t agent_counters::*f :
+         {&agent_counters::grants, &agent_counters::denied, &agent_counters::released, &agent_counters::expired,
+          &agent_counters::revoked, &agent_counters::closed, &agent_counters::unsent, &agent_counters::received,
+          &agent_counters::revoked_by_peer, &agent_counters::granted_regions, &agent_counters::granted_bytes})
+        to.*f += from.*f;
+}
 
 struct sums {
-    std::uint64_t grants = 0, denied = 0, received = 0, revoked_by_peer = 0, live_regions = 0, live_bytes = 0;
-    std::array<std::uint64_t, grant_ends> ended{};
+    agent_counters total;                                // its granted_* gauges: live agents only
     std::map<std::string, std::uint64_t> bytes_by_host;  // granted now, live agents only
 };
 
 struct agent_list {
     std::mutex mutex;
     std::vector<const agent_tally*> live;
-    sums closed;  // the counts of agents gone (their gauges are 0)
+    agent_counters closed;  // the counts of agents gone (their gauges are 0)
 };
 
 // Never destroyed (a page may be asked for while statics are destroyed).
@@ -33,26 +48,15 @@ agent_list& agents() {
     return *list;
 }
 
-void add_counts(sums& to, const agent_tally& t) {
-    to.grants += t.grants.get();
-    to.denied += t.denied.get();
-    to.received += t.received.get();
-    to.revoked_by_peer += t.revoked_by_peer.get();
-    for (std::size_t i = 0; i < grant_ends; ++i)
-        to.ended[i] += t.ended[i].get();
-}
-
 sums process_sums() {
     agent_list& l = agents();
     std::lock_guard lock(l.mutex);
-    sums s = l.closed;
+    sums s{l.closed, {}};
     for (const agent_tally* t : l.live) {
-        add_counts(s, *t);
-        std::uint64_t bytes = t->granted_bytes.get();
-        s.live_bytes += bytes;
-        s.live_regions += t->granted_regions.get();
-        if (bytes != 0)
-            s.bytes_by_host[t->peer_host()] += bytes;
+        agent_counters c = t->read();
+        add(s.total, c);
+        if (c.granted_bytes != 0)
+            s.bytes_by_host[t->peer_host()] += c.granted_bytes;
     }
     return s;
 }
@@ -63,7 +67,8 @@ void counter_family(std::string& out, const char* name, const char* help, std::u
 }
 
 void prometheus(std::string& out) {
-    sums s = process_sums();
+    sums all = process_sums();
+    const agent_counters& s = all.total;
     counter_family(out, "cordma_agent_grants_total", "Memory regions this process's agents granted to peers.",
                    s.grants);
     counter_family(out, "cordma_agent_requests_denied_total", "Peers' requests for memory the agents refused.",
@@ -71,15 +76,15 @@ void prometheus(std::string& out) {
     prometheus_family(out, "cordma_agent_grants_ended_total", "counter",
                       "Grants ended, by how (released by the peer, lease expired, revoked here, connection closed, "
                       "never sent).");
-    for (std::size_t i = 0; i < grant_ends; ++i)
-        out += std::string("cordma_agent_grants_ended_total{reason=\"") + end_names[i] + "\"} " +
-               std::to_string(s.ended[i]) + "\n";
+    for (const auto& [reason, count] : ends)
+        out += std::string("cordma_agent_grants_ended_total{reason=\"") + reason + "\"} " + std::to_string(s.*count) +
+               "\n";
     prometheus_family(out, "cordma_agent_granted_regions", "gauge", "Regions granted to peers now.");
-    out += "cordma_agent_granted_regions " + std::to_string(s.live_regions) + "\n";
+    out += "cordma_agent_granted_regions " + std::to_string(s.granted_regions) + "\n";
     prometheus_family(out, "cordma_agent_granted_bytes", "gauge",
                       "Bytes granted to peers now (registered and pinned here for them), in all and by peer host.");
-    out += "cordma_agent_granted_bytes " + std::to_string(s.live_bytes) + "\n";
-    for (const auto& [host, bytes] : s.bytes_by_host)
+    out += "cordma_agent_granted_bytes " + std::to_string(s.granted_bytes) + "\n";
+    for (const auto& [host, bytes] : all.bytes_by_host)
         out += "cordma_agent_granted_bytes{host=\"" + prometheus_label(host) + "\"} " + std::to_string(bytes) + "\n";
     counter_family(out, "cordma_agent_regions_received_total", "Memory regions peers granted to this process.",
                    s.received);
@@ -88,15 +93,16 @@ void prometheus(std::string& out) {
 }
 
 void json(std::string& out) {
-    sums s = process_sums();
+    sums all = process_sums();
+    const agent_counters& s = all.total;
     out += "\"agents\":{\"grants\":" + std::to_string(s.grants) + ",\"denied\":" + std::to_string(s.denied) +
            ",\"ended\":{";
     for (std::size_t i = 0; i < grant_ends; ++i)
-        out += std::string(i == 0 ? "" : ",") + "\"" + end_names[i] + "\":" + std::to_string(s.ended[i]);
-    out += "},\"granted_regions\":" + std::to_string(s.live_regions) +
-           ",\"granted_bytes\":" + std::to_string(s.live_bytes) + ",\"granted_bytes_by_host\":{";
+        out += std::string(i == 0 ? "" : ",") + "\"" + ends[i].first + "\":" + std::to_string(s.*ends[i].second);
+    out += "},\"granted_regions\":" + std::to_string(s.granted_regions) +
+           ",\"granted_bytes\":" + std::to_string(s.granted_bytes) + ",\"granted_bytes_by_host\":{";
     bool first = true;
-    for (const auto& [host, bytes] : s.bytes_by_host) {
+    for (const auto& [host, bytes] : all.bytes_by_host) {
         out += first ? "" : ",";
         first = false;
         json_string(out, host);
@@ -123,7 +129,9 @@ agent_tally::~agent_tally() {
     if (it == l.live.end())
         return;
     l.live.erase(it);
-    add_counts(l.closed, *this);
+    agent_counters last = read();
+    last.granted_regions = last.granted_bytes = 0;  // gauges: what it holds now, nothing once gone
+    add(l.closed, last);
 }
 
 }  // namespace cordma::detail

@@ -111,13 +111,7 @@ void render(std::string& out, const char* prefix, const char* what, const std::v
 void render_receive_queues(std::string& out, const std::vector<shared_receive_metrics>& queues) {
     if (queues.empty())
         return;
-    struct gauge {
-        const char* name;
-        const char* type;
-        const char* help;
-        std::uint64_t (*value)(const shared_receive_metrics& q);
-    };
-    static const gauge families[] = {
+    static const detail::value_family<shared_receive_metrics> families[] = {
         {"cordma_srq_size", "gauge", "Receives a shared receive queue holds.",
          [](const shared_receive_metrics& q) { return q.size; }},
         {"cordma_srq_connections", "gauge", "Connections receiving through the shared receive queue now.",
@@ -135,12 +129,10 @@ void render_receive_queues(std::string& out, const std::vector<shared_receive_me
          "Its receives that completed with an error (a message longer than its buffers, a flush).",
          [](const shared_receive_metrics& q) { return q.counters[operation_kind::recv].failed; }},
     };
-    for (const gauge& g : families) {
-        detail::prometheus_family(out, g.name, g.type, g.help);
-        for (const shared_receive_metrics& q : queues)
-            sample(out, g.name, "device=\"" + escaped(q.device) + "\",srq=\"" + std::to_string(q.id) + "\"", "",
-                   g.value(q));
-    }
+    std::vector<std::pair<std::string, const shared_receive_metrics*>> items;
+    for (const shared_receive_metrics& q : queues)
+        items.emplace_back("device=\"" + escaped(q.device) + "\",srq=\"" + std::to_string(q.id) + "\"", &q);
+    detail::prometheus_table(out, families, items);
 }
 
 // The devices' own counters, as the kernel gives them: one family, a

@@ -4,7 +4,10 @@
 /// server's methods). Locked when an event listener starts or goes and by
 /// a page or a snapshot: never per operation.
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <string_view>
 
 #include <memory>
@@ -51,6 +54,29 @@ void json_string(std::string& out, std::string_view value);
 /// A family's two header lines, "# HELP name help" and "# TYPE name
 /// type" (counter, gauge), appended to `out`; its samples follow.
 void prometheus_family(std::string& out, std::string_view name, std::string_view type, std::string_view help);
+
+/// A family each of whose samples is one object's value: a table of these
+/// (an rpc server's methods, the shared receive queues) renders through
+/// prometheus_table.
+template <class T>
+struct value_family {
+    const char* name;
+    const char* type;  // "counter" or "gauge"
+    const char* help;
+    std::uint64_t (*value)(const T& item);
+};
+/// Appends each family of `families` (its HELP and TYPE) and a sample per
+/// item: `name{labels} value`, the labels already escaped.
+template <class T, std::size_t N>
+void prometheus_table(std::string& out, const value_family<T> (&families)[N],
+                      const std::vector<std::pair<std::string, const T*>>& items) {
+    for (const value_family<T>& f : families) {
+        prometheus_family(out, f.name, f.type, f.help);
+        for (const auto& [labels, item] : items)
+            out.append(f.name).append("{").append(labels).append("} ").append(std::to_string(f.value(*item))).append(
+                "\n");
+    }
+}
 
 /// The pages the endpoint serves: process_metrics() rendered, followed by
 /// each module's section.

@@ -5,7 +5,6 @@
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -114,7 +113,7 @@ void shared_receive_state::post(slot* s) {
     int rc = ibv_post_srq_recv(srq_, &wr, &bad);
     if (rc != 0)
         throw verbs_error(rc, "ibv_post_srq_recv(" + pd_->device()->name() + ")");
-    posted_.add();
+    tally_[op_kind::recv].posted.add();
     ready_.set(++ready_now_);
 }
 
@@ -136,17 +135,17 @@ void shared_receive_state::on_complete(completion_target* target, const ibv_wc& 
 }
 
 void shared_receive_state::complete(slot* s, const ibv_wc& wc) noexcept {
-    completions_[std::min<std::size_t>(static_cast<std::size_t>(wc.status), completion_statuses - 1)].add();
+    tally_.count_completion(wc.status);
     ready_.set(--ready_now_);
     if (ready_now_ < fewest_now_)
         fewest_ready_.set(fewest_now_ = ready_now_);
     if (wc.status == IBV_WC_SUCCESS) {
         if (!attached_) {
-            failed_.add();  // dropped: nobody will take it; the buffer stays unposted
+            tally_[op_kind::recv].failed.add();  // dropped: nobody will take it; the buffer stays unposted
             return;
         }
-        delivered_.add();
-        bytes_.add(wc.byte_len);
+        tally_[op_kind::recv].completed.add();
+        tally_[op_kind::recv].bytes.add(wc.byte_len);
         s->byte_len = wc.byte_len;
         s->has_imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
         s->received_imm = s->has_imm ? ntohl(wc.imm_data) : 0;
@@ -157,7 +156,7 @@ void shared_receive_state::complete(slot* s, const ibv_wc& wc) noexcept {
     // A receive a broken connection had taken (flushed), or one its
     // message did not fit: that connection goes, the buffer is posted
     // again for the others.
-    failed_.add();
+    tally_[op_kind::recv].failed.add();
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
         std::string why = std::string("a receive of its shared_receive_queue failed with ") +
                           ibv_wc_status_str(wc.status) + " (status " + std::to_string(static_cast<int>(wc.status)) +
@@ -255,15 +254,6 @@ void shared_receive_state::on_broken(std::uint32_t qp_num, const std::string& pe
     }
 }
 
-connection_counters shared_receive_state::counted() const noexcept {
-    connection_counters c;
-    c.operations[static_cast<std::size_t>(operation_kind::recv)] = {posted_.get(), delivered_.get(), failed_.get(),
-                                                                    bytes_.get()};
-    for (std::size_t s = 0; s < completion_statuses; ++s)
-        c.completions[s] = completions_[s].get();
-    return c;
-}
-
 shared_receive_metrics shared_receive_state::metrics() const {
     shared_receive_metrics m;
     m.device = pd_->device()->name();
@@ -273,7 +263,7 @@ shared_receive_metrics shared_receive_state::metrics() const {
     m.connections = connections();
     m.ready = ready_.get();
     m.fewest_ready = fewest_ready_.get();
-    m.counters = counted();
+    m.counters = tally_.read();
     return m;
 }
 

@@ -5,7 +5,6 @@
 /// and next() are the base's (message_queue_state). Touched only on the
 /// event listener thread, except the constructor and the read-only sizes.
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -21,6 +20,7 @@
 #include <cordma/local_mr.hpp>
 #include <cordma/metrics.hpp>
 #include <cordma/shared_receive_queue.hpp>
+#include "engine/connection_tally.hpp"
 #include "engine/counter.hpp"
 #include "engine/message_queue_state.hpp"
 #include "engine/waiter_queue.hpp"
@@ -79,7 +79,7 @@ public:
     shared_receive_metrics metrics() const;
     /// Its counts alone (what metrics().counters holds), with nothing to
     /// allocate: for the registry's closed totals as it goes.
-    connection_counters counted() const noexcept;
+    connection_counters counted() const noexcept { return tally_.read(); }
 
     /// The CQ the receives complete on, whichever attached QP takes them
     /// (each has room for all of them there), set when the queue is opened.
@@ -121,10 +121,11 @@ private:
     std::unordered_map<std::uint32_t, early_failure> failed_before_attach_;
     std::shared_ptr<waiter_queue<ended_connection>> ends_;
 
-    // metrics(): counted on the event listener thread.
+    // metrics(): counted on the event listener thread, its receives as a
+    // connection counts its own (operations[recv], completions by status).
     std::uint64_t id_;
-    counter posted_, delivered_, failed_, bytes_, ready_, fewest_ready_;
-    std::array<counter, completion_statuses> completions_;
+    connection_tally tally_;
+    counter ready_, fewest_ready_;
     std::uint64_t ready_now_ = 0;  // the gauges' values, kept where the loop reads them
     std::uint64_t fewest_now_ = 0;
 };

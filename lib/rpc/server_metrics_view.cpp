@@ -39,14 +39,7 @@ std::vector<std::shared_ptr<server_metrics_view>> live_servers() {
 const char* const error_names[8] = {"none",     "unknown_method", "handler_failed", "too_large",
                                     "protocol", "timed_out",      "cancelled",      "server_gone"};
 
-struct family {
-    const char* name;
-    const char* type;
-    const char* help;
-    std::uint64_t (*value)(const method_metrics& m);
-};
-
-const family families[] = {
+const cordma::detail::value_family<method_metrics> families[] = {
     {"cordma_rpc_calls_total", "counter", "rpc calls received, by server and method.",
      [](const method_metrics& m) { return m.calls; }},
     {"cordma_rpc_answered_total", "counter", "rpc calls answered with a response, by server and method.",
@@ -89,30 +82,24 @@ void prometheus(std::string& out) {
     std::vector<std::pair<std::uint64_t, server_metrics>> read;
     for (const auto& s : list)
         read.emplace_back(s->number(), s->read());
-    for (const family& f : families) {
-        cordma::detail::prometheus_family(out, f.name, f.type, f.help);
-        for (const auto& [number, m] : read)
-            for (const method_metrics& mm : m.methods) {
-                out += f.name;
-                out += "{server=\"" + std::to_string(number) + "\",method=\"" + cordma::detail::prometheus_label(mm.name) + "\"} ";
-                out += std::to_string(f.value(mm)) + "\n";
-            }
-    }
+    // Each method's labels, made once for every family and the latencies.
+    std::vector<std::pair<std::string, const method_metrics*>> methods;
+    for (const auto& [number, m] : read)
+        for (const method_metrics& mm : m.methods)
+            methods.emplace_back("server=\"" + std::to_string(number) + "\",method=\"" +
+                                     cordma::detail::prometheus_label(mm.name) + "\"",
+                                 &mm);
+    cordma::detail::prometheus_table(out, families, methods);
     cordma::detail::prometheus_family(out, "cordma_rpc_errors_total", "counter",
                                       "rpc calls answered with an error, by server, method and error.");
-    for (const auto& [number, m] : read)
-        for (const method_metrics& mm : m.methods)
-            for (std::size_t e = 1; e < mm.errors.size(); ++e)
-                if (mm.errors[e] != 0)
-                    out += "cordma_rpc_errors_total{server=\"" + std::to_string(number) + "\",method=\"" +
-                           cordma::detail::prometheus_label(mm.name) + "\",error=\"" + error_names[e] + "\"} " +
-                           std::to_string(mm.errors[e]) + "\n";
+    for (const auto& [labels, mm] : methods)
+        for (std::size_t e = 1; e < mm->errors.size(); ++e)
+            if (mm->errors[e] != 0)
+                out += "cordma_rpc_errors_total{" + labels + ",error=\"" + error_names[e] + "\"} " +
+                       std::to_string(mm->errors[e]) + "\n";
     std::vector<cordma::detail::labelled_histogram> latencies;
-    for (const auto& [number, m] : read)
-        for (const method_metrics& mm : m.methods)
-            latencies.emplace_back("server=\"" + std::to_string(number) + "\",method=\"" +
-                                       cordma::detail::prometheus_label(mm.name) + "\"",
-                                   &mm.latency);
+    for (const auto& [labels, mm] : methods)
+        latencies.emplace_back(labels, &mm->latency);
     cordma::detail::prometheus_summary(out, "cordma_rpc_latency_seconds",
                                        "How long answered rpc calls took in the server, from the loop turn that "
                                        "received the request to the one that sent the answer, by server and method.",
