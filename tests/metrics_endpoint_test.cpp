@@ -4,6 +4,7 @@
 // the empty process's; tests/metrics_stat_test.cpp serves a live one.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -112,6 +114,35 @@ TEST_CASE("a client that says nothing does not hold the endpoint", "[metrics_end
     // Answered once the silent one's 2 s ran out, not never.
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
     close(silent);
+}
+
+TEST_CASE("a client that trickles its request does not hold the endpoint", "[metrics_endpoint]") {
+    metrics_endpoint e("unix:" + temp_path("trickle"));
+    int trickler = connect_endpoint(e.address());
+    // A byte of a request that never ends every 100 ms, for up to 20 s.
+    // Each request has one deadline (2 s), so the endpoint answers it
+    // (a bad request) and closes it long before; when every byte bought
+    // 2 s more, this client held the endpoint (and its destructor) for
+    // as long as it went on.
+    bool answered = false;
+    int sent = 0;
+    std::thread trickle([&] {
+        for (; sent < 200; ++sent) {
+            pollfd p{trickler, POLLIN, 0};
+            if (poll(&p, 1, 100) > 0) {
+                answered = true;
+                return;
+            }
+            if (send(trickler, "G", 1, MSG_NOSIGNAL) != 1)
+                return;
+        }
+    });
+    CHECK(status(get(e.address(), "/metrics")) == "HTTP/1.0 200 OK");
+    trickle.join();
+    CHECK(answered);
+    INFO("bytes trickled before the endpoint answered: " << sent);
+    CHECK(sent < 200);
+    close(trickler);
 }
 
 TEST_CASE("the endpoint refuses what it cannot serve, by name", "[metrics_endpoint]") {

@@ -25,7 +25,10 @@
 ///
 /// A thread of its own waits for requests and renders each page there: the
 /// event listeners are never stopped or visited for a scrape (the counters
-/// are read as metrics_snapshot says).
+/// are read as metrics_snapshot says). It serves one client at a time, and
+/// each has 2 s to send its request and 2 s to take its page, whatever it
+/// does meanwhile (a silent or trickling client is answered or cut off
+/// then, and the next one served).
 
 #include <cstdint>
 #include <memory>
@@ -52,8 +55,8 @@ public:
     /// scraper of your own), std::system_error when the socket cannot be
     /// made or bound (the message names the address).
     explicit metrics_endpoint(std::string_view where);
-    /// Stops serving (a request being answered is finished first) and
-    /// removes the Unix socket's file.
+    /// Stops serving (a request being answered is finished first, within
+    /// its 2 + 2 s) and removes the Unix socket's file.
     ~metrics_endpoint();
     metrics_endpoint(const metrics_endpoint&) = delete;
     metrics_endpoint& operator=(const metrics_endpoint&) = delete;

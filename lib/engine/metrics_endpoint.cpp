@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -33,14 +34,25 @@ std::invalid_argument bad(std::string_view where, const std::string& why) {
 
 // A request's whole head, read within 2 s (a client that says nothing
 // does not hold the endpoint).
-std::string read_request(int fd) {
+using deadline_clock = std::chrono::steady_clock;
+
+/// Milliseconds left until `deadline` (0 once it has passed), for poll.
+int left_ms(deadline_clock::time_point deadline) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - deadline_clock::now()).count();
+    return left > 0 ? static_cast<int>(left) : 0;
+}
+
+/// The request, read until its blank line, 8 KiB, or `deadline`: a client
+/// gets one deadline for the whole request, so one that sends a byte now
+/// and then cannot hold the endpoint (or its destructor) longer.
+std::string read_request(int fd, deadline_clock::time_point deadline) {
     std::string in;
     char buf[1024];
     while (in.size() < 8192 && in.find("\r\n\r\n") == std::string::npos && in.find("\n\n") == std::string::npos) {
         pollfd p{fd, POLLIN, 0};
-        if (poll(&p, 1, 2000) <= 0)
+        if (poll(&p, 1, left_ms(deadline)) <= 0)
             break;
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n <= 0)
             break;
         in.append(buf, static_cast<std::size_t>(n));
@@ -48,13 +60,19 @@ std::string read_request(int fd) {
     return in;
 }
 
-void write_all(int fd, const std::string& out) {
+/// The page, until the client has it all, goes, or `deadline` passes (a
+/// client that reads slowly loses the rest of it).
+void write_all(int fd, const std::string& out, deadline_clock::time_point deadline) {
     std::size_t done = 0;
     while (done < out.size()) {
-        ssize_t n = send(fd, out.data() + done, out.size() - done, MSG_NOSIGNAL);
-        if (n <= 0)
-            return;  // the client went, or stopped reading for 2 s (SO_SNDTIMEO)
-        done += static_cast<std::size_t>(n);
+        pollfd p{fd, POLLOUT, 0};
+        if (poll(&p, 1, left_ms(deadline)) <= 0)
+            return;
+        ssize_t n = send(fd, out.data() + done, out.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n <= 0 && !(n == -1 && (errno == EAGAIN || errno == EINTR)))
+            return;  // the client went
+        if (n > 0)
+            done += static_cast<std::size_t>(n);
     }
 }
 
@@ -178,11 +196,12 @@ struct metrics_endpoint::state {
             int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
             if (fd == -1)
                 continue;
-            timeval two{2, 0};
-            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &two, sizeof two);
-            std::string request = read_request(fd);
+            // One client at a time, each bounded: 2 s to send its request,
+            // 2 s to take the page.
+            std::string request = read_request(fd, deadline_clock::now() + std::chrono::seconds(2));
             try {
-                write_all(fd, detail::metrics_response(request));
+                std::string page = detail::metrics_response(request);
+                write_all(fd, page, deadline_clock::now() + std::chrono::seconds(2));
             } catch (...) {
                 // A page that could not be rendered (out of memory): the
                 // client sees the connection close, the endpoint goes on.
