@@ -1,9 +1,10 @@
 #pragma once
 /// \file
-/// The event listener: one thread per device context that owns its completion
-/// queues, waits for their completion channel (and the rdma_cm channel, its
-/// eventfd and its timers) through io_uring, and resumes the coroutines whose operations
-/// completed, inline, on its own thread.
+/// The event listener: one thread that owns a device's completion queues
+/// (and those it makes on other devices: create_cq(device, entries)),
+/// waits for their completion channels (and the rdma_cm channel, its
+/// eventfd and its timers) through io_uring, and resumes the coroutines
+/// whose operations completed, inline, on its own thread.
 
 #include <cordma/export.hpp>
 #include <atomic>
@@ -103,6 +104,23 @@ public:
     /// event listener thread. The CQ keeps the listener alive, and is destroyed on
     /// the event listener thread (so no event for it can be in flight).
     CORDMA_API std::shared_ptr<completion_queue> create_cq(int entries);
+
+    /// A completion queue of another device, served by this same thread
+    /// as the listener's own: one thread runs the completions of every
+    /// port a program uses (each rail of a connection over several NICs),
+    /// with no hop between threads to join them. The device's completion
+    /// channel is made with its first CQ and watched from then on; its
+    /// counters join metrics(). `device` equal to device() is create_cq
+    /// above. The device's context must stay open while the listener
+    /// lives (one from device_context::open always does; one wrapped with
+    /// from_native is closed by its owner only after the listener is gone).
+    /// Throws verbs_error as create_cq, naming `device`.
+    CORDMA_API std::shared_ptr<completion_queue> create_cq(const std::shared_ptr<device_context>& device,
+                                                           int entries);
+
+    /// Every device whose completions this listener runs: device() first,
+    /// then the others in the order their first CQ was made. Thread-safe.
+    CORDMA_API std::vector<std::shared_ptr<device_context>> devices() const;
 
     /// Runs `fn` on the event listener thread, soon, never inside this call (even
     /// when called on the event listener thread). Thread-safe. Allocates: for set-up,
@@ -225,7 +243,7 @@ private:
     bool poll_turn();
     void drain_backlog();
     void arm_all();
-    void on_channel_ready();
+    void on_channel_ready(completion_channel& channel, detail::uring_target* watch, bool& owed);
     void on_wakeup();
     void on_cm_ready();
     void run_posted();
@@ -240,6 +258,22 @@ private:
     int wakeup_fd_ = -1;
 
     struct channel_watch : detail::uring_target { event_listener* self; } channel_watch_{};
+    // Another device's completion channel (create_cq(device, ...)): made
+    // by the first caller for that device, under others_mutex_; watched by
+    // the loop from then on (`owed` is loop state, as channel_watch_owed_).
+    // Kept until the listener goes: io_uring may hold a poll on its fd.
+    struct other_channel : detail::uring_target {
+        event_listener* self = nullptr;
+        std::shared_ptr<device_context> device;
+        std::shared_ptr<completion_channel> channel;
+        bool owed = false;
+    };
+    mutable std::mutex others_mutex_;
+    std::vector<std::unique_ptr<other_channel>> others_;
+    // The loop's list of the others it watches (loop state).
+    std::vector<other_channel*> watched_others_;
+    other_channel& other_channel_for(const std::shared_ptr<device_context>& device);
+    std::shared_ptr<completion_queue> serve_cq(std::shared_ptr<completion_queue> cq);
     struct wakeup_watch : detail::uring_target { event_listener* self; } wakeup_watch_{};
     struct cm_watch : detail::uring_target { event_listener* self; } cm_watch_{};
     // The completion channel's and the eventfd's polls, fired while a

@@ -13,6 +13,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -188,7 +189,8 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
     start_turn();
     channel_watch_.self = this;
     channel_watch_.on_ready = [](detail::uring_target* t, int) noexcept {
-        static_cast<channel_watch*>(t)->self->on_channel_ready();
+        event_listener* self = static_cast<channel_watch*>(t)->self;
+        self->on_channel_ready(*self->channel_, t, self->channel_watch_owed_);
     };
     wakeup_watch_.self = this;
     wakeup_watch_.on_ready = [](detail::uring_target* t, int) noexcept {
@@ -199,8 +201,14 @@ event_listener::event_listener(std::shared_ptr<device_context> device, event_lis
 
 metrics_snapshot event_listener::metrics() const {
     metrics_snapshot m = connections_->snapshot();
-    if (device_)
-        detail::add_device_counters(*device_, m.devices);
+    // Each device once (a device may be open in more than one context).
+    std::vector<std::string> read;
+    for (const auto& device : devices()) {
+        if (!device || std::find(read.begin(), read.end(), device->name()) != read.end())
+            continue;
+        read.push_back(device->name());
+        detail::add_device_counters(*device, m.devices);
+    }
     return m;
 }
 
@@ -225,7 +233,50 @@ void event_listener::request_stop() noexcept {
 }
 
 std::shared_ptr<completion_queue> event_listener::create_cq(int entries) {
-    auto cq = completion_queue::create(device_, entries, channel_);
+    return serve_cq(completion_queue::create(device_, entries, channel_));
+}
+
+std::shared_ptr<completion_queue> event_listener::create_cq(const std::shared_ptr<device_context>& device,
+                                                            int entries) {
+    if (!device || device == device_ || device->native_handle() == device_->native_handle())
+        return create_cq(entries);
+    return serve_cq(completion_queue::create(device, entries, other_channel_for(device).channel));
+}
+
+std::vector<std::shared_ptr<device_context>> event_listener::devices() const {
+    std::vector<std::shared_ptr<device_context>> all{device_};
+    std::lock_guard lock(others_mutex_);
+    for (const auto& other : others_)
+        all.push_back(other->device);
+    return all;
+}
+
+event_listener::other_channel& event_listener::other_channel_for(const std::shared_ptr<device_context>& device) {
+    std::lock_guard lock(others_mutex_);
+    for (const auto& other : others_)
+        if (other->device->native_handle() == device->native_handle())
+            return *other;
+    auto other = std::make_unique<other_channel>();
+    other->self = this;
+    other->device = device;
+    other->channel = completion_channel::create(device);
+    other->on_ready = [](detail::uring_target* t, int) noexcept {
+        auto* c = static_cast<other_channel*>(t);
+        c->self->on_channel_ready(*c->channel, c, c->owed);
+    };
+    other_channel* raw = other.get();
+    // Watched from the loop, before the CQ made with it (posted after
+    // this) is polled: a completion already there makes the first poll
+    // fire at once.
+    post([this, raw] {
+        watched_others_.push_back(raw);
+        rearm_watch(raw->channel->fd(), raw, raw->owed);
+    });
+    others_.push_back(std::move(other));
+    return *raw;
+}
+
+std::shared_ptr<completion_queue> event_listener::serve_cq(std::shared_ptr<completion_queue> cq) {
     // Armed before anyone can post to it, so event mode never misses its
     // first completion; the other modes re-arm before they sleep.
     cq->request_notify();

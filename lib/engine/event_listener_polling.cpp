@@ -30,12 +30,12 @@ constexpr unsigned drain_budget = 16;
 // (every deadline and timeout), posted functions and rdma_cm events (a
 // disconnect). After drain_budget drain passes the rest waits for
 // run_loop, which looks at io_uring without sleeping and drains on.
-void event_listener::on_channel_ready() {
+void event_listener::on_channel_ready(completion_channel& channel, detail::uring_target* watch, bool& owed) {
     // Every drain costs one unit, full batch or not: under load each pass
     // makes new completions, and so new channel events, as it goes.
     unsigned budget = drain_budget;
     while (!backlog_) {
-        completion_queue* cq = channel_->try_get_event();
+        completion_queue* cq = channel.try_get_event();
         if (cq == nullptr)
             break;
         cq->ack_events(1);
@@ -51,7 +51,7 @@ void event_listener::on_channel_ready() {
         if (budget == 0)
             backlog_ = true;
     }
-    rearm_watch(channel_->fd(), &channel_watch_, channel_watch_owed_);
+    rearm_watch(channel.fd(), watch, owed);
 }
 
 void event_listener::drain_backlog() {

@@ -128,6 +128,9 @@ void event_listener::write_wakeup() noexcept {
 void event_listener::submit_owed_watches() {
     if (std::exchange(channel_watch_owed_, false))
         submit_poll(channel_->fd(), &channel_watch_);
+    for (other_channel* other : watched_others_)
+        if (std::exchange(other->owed, false))
+            submit_poll(other->channel->fd(), other);
     if (std::exchange(wakeup_watch_owed_, false))
         submit_poll(wakeup_fd_, &wakeup_watch_);
 }

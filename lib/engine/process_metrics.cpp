@@ -161,12 +161,11 @@ metrics_snapshot process_metrics() {
     // Each device once, however many listeners use it; read from sysfs
     // after the lock (event listeners start and go meanwhile).
     std::vector<std::shared_ptr<device_context>> devices;
-    for (event_listener* l : p.live) {
-        const std::shared_ptr<device_context>& d = l->device();
-        if (d && std::none_of(devices.begin(), devices.end(),
-                              [&](const auto& seen) { return seen->name() == d->name(); }))
-            devices.push_back(d);
-    }
+    for (event_listener* l : p.live)
+        for (const auto& d : l->devices())
+            if (d && std::none_of(devices.begin(), devices.end(),
+                                  [&](const auto& seen) { return seen->name() == d->name(); }))
+                devices.push_back(d);
     lock.unlock();
     for (const auto& d : devices)
         detail::add_device_counters(*d, out.devices);

@@ -16,8 +16,9 @@
 
 namespace cordma::test {
 
-/// {client, server}: QPs of `capacity` on `pd`, each with CQs of `el`,
-/// connected with `options` (port and GID index: the device's first
+/// {client, server}: QPs of `capacity` on `pd`, each with CQs of `el`
+/// (made on the PD's device, which need not be the listener's own),
+/// connected with `options` (port and GID index: that device's first
 /// active port and its IPv4 GID). The client's peer is named "server" and
 /// the server's "client", as errors name them.
 inline std::pair<connection, connection> adopted_pair(const std::shared_ptr<event_listener>& el,
@@ -25,12 +26,13 @@ inline std::pair<connection, connection> adopted_pair(const std::shared_ptr<even
                                                       qp_capacity capacity = {}, qp_connect_options options = {}) {
     auto make_qp = [&] {
         int entries = static_cast<int>(capacity.max_send_wr + capacity.max_recv_wr);
-        return queue_pair::create(pd, el->create_cq(entries), el->create_cq(entries), capacity);
+        return queue_pair::create(pd, el->create_cq(pd->device(), entries), el->create_cq(pd->device(), entries),
+                                  capacity);
     };
     auto qa = make_qp();
     auto qb = make_qp();
-    options.port = el->device()->first_active_port();
-    options.gid_index = el->device()->find_gid_index(options.port, AF_INET);
+    options.port = pd->device()->first_active_port();
+    options.gid_index = pd->device()->find_gid_index(options.port, AF_INET);
     qa->connect(qb->local_endpoint(options.port, options.gid_index), options);
     qb->connect(qa->local_endpoint(options.port, options.gid_index), options);
     return {connection::adopt(el, qa, "server"), connection::adopt(el, qb, "client")};
