@@ -96,12 +96,27 @@ TEST_CASE("the TCP endpoint message round-trips and every rejected field is name
                       })),
                       Contains("field 'gid'"));
     CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[32] = 0; })), Contains("field 'mtu'"));
-    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[33] = 2; })),
-                      Contains("field 'flags' is 2"));
+    CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[33] = 8; })),
+                      Contains("field 'flags' is 8") && Contains("bits 1-2 (rails - 1)"));
     CHECK_THROWS_WITH(detail::decode_endpoint_message(broken([](auto& m) { m[34] = 1; })),
                       Contains("field 'private_data_length' is 1, but only a message without an agent"));
     CHECK(got.agent);
     CHECK(bytes[33] == 0);
+}
+
+TEST_CASE("a TCP endpoint message carries its sender's number of rails", "[wire]") {
+    ibv_gid gid{};
+    gid.raw[15] = 1;
+    for (std::uint8_t rails = 1; rails <= 4; ++rails) {
+        detail::endpoint_message sent{{.qpn = 77, .psn = 5, .gid = gid, .lid = 0}, IBV_MTU_4096};
+        sent.agent = rails % 2 == 0;
+        sent.rails = rails;
+        auto bytes = detail::encode_endpoint_message(sent);
+        CHECK(bytes[33] == ((rails - 1) << 1 | (sent.agent ? 0 : 1)));
+        auto got = detail::decode_endpoint_message(bytes);
+        CHECK(got.rails == rails);
+        CHECK(got.agent == sent.agent);
+    }
 }
 
 TEST_CASE("a TCP endpoint message without an agent carries its private data's length", "[wire]") {

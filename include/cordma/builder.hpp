@@ -32,6 +32,7 @@
 #include <cordma/event_listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/queue_pair.hpp>
+#include <cordma/rails.hpp>
 #include <cordma/task.hpp>
 
 namespace cordma {
@@ -184,6 +185,16 @@ struct CORDMA_API connection_settings {
     /// shared_receives); null: each connection has its own receives
     /// (capacity.max_recv_wr of them).
     std::shared_ptr<detail::shared_receive_state> shared_receives;
+    /// Several rails (builder::rails): every device a connection uses,
+    /// rail 0 first (the one its handshake and messages use; `device`
+    /// must be empty or the same). Empty (the default): one rail,
+    /// `device`.
+    std::vector<std::string> rails;
+    /// With several rails, a write or read of at least this many bytes is
+    /// cut into one piece per rail, posted at once (builder::
+    /// stripe_threshold); smaller ones, and every message and atomic, go
+    /// on rail 0.
+    std::size_t stripe_threshold = 256 << 10;
 };
 
 /// The most private data a connect request carries (rdma_cm over IB/RoCE:
@@ -214,6 +225,19 @@ public:
     /// The device port (1-based; 0, the default: the first ACTIVE one, or
     /// over rdma_cm the one the address lives on).
     builder& port(std::uint8_t port);
+    /// One connection over several devices ("rails"; docs/rails.md): 2 to
+    /// max_rails distinct device names, rail 0 first. Rail 0 is the
+    /// builder's device (device() must be unset or the same); each
+    /// connection gets a queue pair on every rail, joined in one
+    /// handshake, and its large writes and reads are striped over them
+    /// (stripe_threshold). Both peers must name as many rails. For now
+    /// over the TCP endpoint exchange only (connect and listen refuse
+    /// rdma_cm by name), without the agent's grants on rails 1.. and
+    /// without shared_receives. Fixed once the shared pieces exist.
+    builder& rails(std::vector<std::string> devices);
+    /// With rails: writes and reads of at least `bytes` (at least 4096)
+    /// are striped over every rail (default 256 KiB).
+    builder& stripe_threshold(std::size_t bytes);
     /// The GID index (-1, the default: the RoCE v2 GID of the local
     /// address); checked at connect and listen, whose error lists the
     /// usable indices and their types.

@@ -131,7 +131,7 @@ public:
     ~operation() {
         // A coroutine destroyed mid-operation: let go of the frame but not
         // of the buffers (the slot keeps them until the completion).
-        if (!done && (slot != nullptr || waiting))
+        if (!done && (slot != nullptr || waiting || pieces_left != 0))
             detail::abandon_operation(this);
     }
 
@@ -208,6 +208,22 @@ private:
 
     std::stop_token token_;
     std::optional<std::stop_callback<detail::canceller>> cancel_callback_;
+};
+
+/// One rail of a connection (builder::rails; connection::rails()).
+struct CORDMA_API rail_info {
+    /// The device it runs on ("rxe1").
+    std::string device;
+    /// Its queue pair's number.
+    std::uint32_t qp_num = 0;
+    /// False once it failed (its link went down, the peer stopped
+    /// answering on it) or the connection ended.
+    bool up = true;
+    /// Why it is down ("" while up): the failure that ended it.
+    std::string why_down;
+    /// What its queue pair counted (the pieces of striped writes and reads
+    /// it carried, and on rail 0 everything else).
+    connection_counters counters;
 };
 
 /// A connected RC queue pair served by an event listener. A cheap handle:
@@ -408,6 +424,10 @@ public:
     /// True once the connection is shut down, closed, or broken by an error
     /// or by the peer going away. Event listener thread (or for a hint elsewhere).
     bool is_broken() const;
+    /// Its rails, rail 0 first (builder::rails: one QP per device; one
+    /// entry without rails): device, QP, whether each still works, and its
+    /// counters. Any thread (it asks the event listener thread and waits).
+    std::vector<rail_info> rails() const;
 
 private:
     friend struct detail::connection_access;

@@ -31,6 +31,7 @@
 #include <cordma/queue_pair.hpp>
 #include <cordma/receive_queue.hpp>
 #include <cordma/shared_receive_queue.hpp>
+#include <cordma/rails.hpp>
 #include <cordma/remote_slice.hpp>
 #include <cordma/remote_mr.hpp>
 #include <cordma/rpc.hpp>

@@ -12,6 +12,7 @@
 /// is gone.
 
 #include <cordma/export.hpp>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -24,6 +25,7 @@
 #include <cordma/access.hpp>
 #include <cordma/memory_region.hpp>
 #include <cordma/protection_domain.hpp>
+#include <cordma/rails.hpp>
 #include <cordma/remote_slice.hpp>
 
 namespace cordma {
@@ -39,6 +41,12 @@ struct CORDMA_API mr_block {
     std::uint32_t lkey = 0;
     std::uint32_t rkey = 0;
     access_flags access = access_flags::none;
+    // Its keys on rails 1.. (element i: rail i + 1), for the first
+    // rails - 1; rail 0's are lkey and rkey (memory_pool::create with
+    // several protection domains).
+    std::array<std::uint32_t, max_rails - 1> rail_lkeys{};
+    std::array<std::uint32_t, max_rails - 1> rail_rkeys{};
+    std::uint8_t rails = 1;
     // Where it came from: a pool chunk, or a registration of its own.
     std::shared_ptr<memory_pool> pool;
     std::size_t chunk = 0;
@@ -86,7 +94,8 @@ public:
 
     /// This range as the peer must name it (needs remote access on the region).
     remote_slice remote() const noexcept {
-        return {reinterpret_cast<std::uint64_t>(data_), size_, block_->rkey, block_->access};
+        return {reinterpret_cast<std::uint64_t>(data_), size_, block_->rkey, block_->access, block_->rail_rkeys,
+                block_->rails};
     }
 
 private:
@@ -200,6 +209,14 @@ public:
     static std::shared_ptr<memory_pool> create(std::shared_ptr<protection_domain> pd,
                                                access_flags access = access_flags::all,
                                                std::size_t chunk_size = 4 << 20);
+    /// A pool whose chunks are registered with every protection domain of
+    /// `rails` (one per device, at most max_rails; the first is pd()), so
+    /// its regions can be used on each rail of a connection (builder::
+    /// rails). std::invalid_argument when `rails` is empty, longer than
+    /// max_rails, or names one device twice.
+    static std::shared_ptr<memory_pool> create(std::vector<std::shared_ptr<protection_domain>> rails,
+                                               access_flags access = access_flags::all,
+                                               std::size_t chunk_size = 4 << 20);
 
     ~memory_pool();
 
@@ -233,12 +250,14 @@ public:
     std::size_t chunk_size() const noexcept { return chunk_size_; }
     /// The access every chunk is registered with.
     access_flags access() const noexcept { return rights_; }
-    /// The protection domain its chunks are registered with.
-    const std::shared_ptr<protection_domain>& pd() const noexcept { return pd_; }
+    /// The protection domain its chunks are registered with (rail 0's).
+    const std::shared_ptr<protection_domain>& pd() const noexcept { return pds_.front(); }
+    /// Every rail's protection domain, rail 0's first.
+    const std::vector<std::shared_ptr<protection_domain>>& rail_pds() const noexcept { return pds_; }
 
 private:
     friend struct detail::mr_block;
-    memory_pool(std::shared_ptr<protection_domain> pd, access_flags access, std::size_t chunk_size);
+    memory_pool(std::vector<std::shared_ptr<protection_domain>> pds, access_flags access, std::size_t chunk_size);
     void release(std::size_t chunk, std::size_t offset, std::size_t size) noexcept;
     void add_chunk(std::size_t bytes, const char* call);  // mutex_ held
 
@@ -246,10 +265,11 @@ private:
         std::byte* memory = nullptr;
         std::size_t size = 0;
         memory_region registration;
+        std::vector<memory_region> rail_registrations;  // rails 1..
         std::map<std::size_t, std::size_t> free;  // offset -> length, coalesced
     };
 
-    std::shared_ptr<protection_domain> pd_;
+    std::vector<std::shared_ptr<protection_domain>> pds_;
     access_flags rights_;
     std::size_t chunk_size_;
     mutable std::mutex mutex_;

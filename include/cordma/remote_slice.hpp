@@ -6,6 +6,8 @@
 
 #include <cordma/access.hpp>
 #include <cordma/export.hpp>
+#include <cordma/rails.hpp>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -13,7 +15,8 @@
 namespace cordma {
 
 /// What a peer needs to read, write or use atomics on a region. Owning
-/// nothing, it is only as valid as the owner's registration.
+/// nothing, it is only as valid as the owner's registration. Trivially
+/// copyable: it may be sent as bytes between processes of the same build.
 struct CORDMA_API remote_slice {
     /// The region's first byte, as a virtual address in the owner's process.
     std::uint64_t address = 0;
@@ -27,6 +30,14 @@ struct CORDMA_API remote_slice {
     /// posting: a write to a slice without remote_write throws
     /// std::invalid_argument, nothing reaches the wire.
     access_flags access = access_flags::all;
+    /// The owner's keys for the same memory on its rails 1.. (builder::
+    /// rails), element i for rail i + 1; meaningful for the first
+    /// `rails - 1`. A slice made by hand from an address and rkey has one
+    /// rail: operations on it use rail 0 only.
+    std::array<std::uint32_t, max_rails - 1> rail_rkeys{};
+    /// On how many of the owner's rails the memory is registered (1: rail
+    /// 0's `rkey` only).
+    std::uint8_t rails = 1;
 
     /// Its length in bytes (the same as `length`).
     std::uint64_t size() const noexcept { return length; }

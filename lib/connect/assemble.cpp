@@ -59,6 +59,19 @@ void attach_control(const connection& conn, std::shared_ptr<queue_pair> control,
     agent_of(*state)->attach(connection_access::make(std::move(channel)), state);
 }
 
+void attach_rails(const connection& conn, std::vector<std::shared_ptr<queue_pair>> rails,
+                  std::size_t stripe_threshold) {
+    const auto& state = connection_access::state(conn);
+    std::vector<std::shared_ptr<connection_state>> states;
+    for (std::size_t i = 0; i < rails.size(); ++i)
+        states.push_back(std::make_shared<connection_state>(state->event_listener(), std::move(rails[i]),
+                                                            state->peer() + " (rail " + std::to_string(i + 1) + ")",
+                                                            state->results_pool(), "rail"));
+    state->attach_rails(std::move(states), stripe_threshold);
+    logf(log_level::debug, "cordma: connection to %s striped over %zu rails from %zu bytes", state->peer().c_str(),
+         rails.size() + 1, stripe_threshold);
+}
+
 void fail_control(const connection& conn, const std::string& why) noexcept {
     const auto& state = connection_access::state(conn);
     if (state->agent)

@@ -72,6 +72,13 @@ connection assemble(connection_parts parts);
 void attach_control(const connection& conn, std::shared_ptr<queue_pair> control,
                     std::shared_ptr<transport> watcher = nullptr);
 
+/// Event listener thread (or before the connection is shared). Gives
+/// `conn` its rails 1.. (builder::rails; QPs connected, RTS, in rail
+/// order): each a connection state of its own ("rail" in the metrics),
+/// its large writes and reads striped over them (rail_stripes.hpp).
+void attach_rails(const connection& conn, std::vector<std::shared_ptr<queue_pair>> rails,
+                  std::size_t stripe_threshold);
+
 /// Event listener thread. The agent's control QP could not be set up: the agent's
 /// calls fail with `why`; the data QP stays usable.
 void fail_control(const connection& conn, const std::string& why) noexcept;

@@ -67,6 +67,33 @@ std::shared_ptr<protection_domain> builder::pd() { return runtime()->pd; }
 
 builder& builder::device(std::string name) { settings_.device = std::move(name); return *this; }
 builder& builder::port(std::uint8_t port) { settings_.port = port; return *this; }
+builder& builder::rails(std::vector<std::string> devices) {
+    auto call = [&] {
+        std::string text = "builder::rails({";
+        for (std::size_t i = 0; i < devices.size(); ++i)
+            text += (i ? ", \"" : "\"") + devices[i] + "\"";
+        return text + "})";
+    };
+    if (devices.size() < 2 || devices.size() > max_rails)
+        throw std::invalid_argument(call() + ": give 2 to " + std::to_string(max_rails) +
+                                    " device names, rail 0 first (one rail is builder::device)");
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        if (devices[i].empty())
+            throw std::invalid_argument(call() + ": rail " + std::to_string(i) + " names no device");
+        for (std::size_t j = 0; j < i; ++j)
+            if (devices[j] == devices[i])
+                throw std::invalid_argument(call() + ": " + devices[i] + " is named twice; each rail is its own device");
+    }
+    settings_.rails = std::move(devices);
+    return *this;
+}
+builder& builder::stripe_threshold(std::size_t bytes) {
+    if (bytes < 4096)
+        throw std::invalid_argument("builder::stripe_threshold(" + std::to_string(bytes) +
+                                    "): must be at least 4096 bytes");
+    settings_.stripe_threshold = bytes;
+    return *this;
+}
 builder& builder::gid_index(int index) { settings_.gid_index = index; return *this; }
 builder& builder::cq_size(int entries) {
     if (entries < 1)

@@ -8,17 +8,18 @@
 
 namespace cordma::detail {
 
-cq_pool::cq_pool(std::shared_ptr<cordma::event_listener> el, int first_entries, const char* what)
-    : el_(std::move(el)), max_entries_(std::max(1, el_->device()->attributes().max_cqe)), first_entries_(first_entries),
-      what_(what) {
-    shares_.push_back({el_->create_cq(std::clamp(first_entries_, 1, max_entries_)), 0});
+cq_pool::cq_pool(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<device_context> device,
+                 int first_entries, const char* what)
+    : el_(std::move(el)), device_(std::move(device)), max_entries_(std::max(1, device_->attributes().max_cqe)),
+      first_entries_(first_entries), what_(what) {
+    shares_.push_back({el_->create_cq(device_, std::clamp(first_entries_, 1, max_entries_)), 0});
 }
 
 std::shared_ptr<completion_queue> cq_pool::take(int entries) {
     if (entries > max_entries_)
         throw std::invalid_argument(std::string("builder::capacity: a queue pair with ") + std::to_string(entries) +
                                     " " + what_ + " work requests needs more room than one completion queue of " +
-                                    el_->device()->name() + " holds (max_cqe " + std::to_string(max_entries_) +
+                                    device_->name() + " holds (max_cqe " + std::to_string(max_entries_) +
                                     "); ask for fewer");
     // First the CQ that already has room, then one that can grow to hold it
     // (doubling, to resize rarely), then a new one.
@@ -33,7 +34,7 @@ std::shared_ptr<completion_queue> cq_pool::take(int entries) {
             s.in_use += entries;
             return s.cq;
         }
-    share fresh{el_->create_cq(std::clamp(std::max(first_entries_, entries), 1, max_entries_)), entries};
+    share fresh{el_->create_cq(device_, std::clamp(std::max(first_entries_, entries), 1, max_entries_)), entries};
     shares_.push_back(fresh);
     return fresh.cq;
 }

@@ -19,7 +19,10 @@ class cq_pool {
 public:
     /// `what` names the direction in errors ("send", "receive"). Makes the
     /// first CQ (`first_entries`, capped at the device's max_cqe) at once.
-    cq_pool(std::shared_ptr<cordma::event_listener> el, int first_entries, const char* what);
+    /// The CQs are `device`'s (the event listener's own, or another rail's),
+    /// their completions run on `el`.
+    cq_pool(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<device_context> device, int first_entries,
+            const char* what);
 
     /// A CQ with room for `entries` more completions, taken. Throws
     /// std::invalid_argument when `entries` is more than one CQ of the
@@ -34,6 +37,7 @@ private:
         int in_use = 0;
     };
     std::shared_ptr<cordma::event_listener> el_;
+    std::shared_ptr<device_context> device_;
     int max_entries_;
     int first_entries_;
     const char* what_;

@@ -195,6 +195,19 @@ void check_handshake_settings(const connection_settings& s, handshake_side side)
                                     ": the data QP receives through the shared receive queue and has no receive "
                                     "queue of its own; size the shared_receive_queue instead, or drop one of the "
                                     "two");
+    if (!s.rails.empty() && s.exchange != endpoint_exchange::tcp)
+        throw std::invalid_argument(std::string("builder::rails (") + std::to_string(s.rails.size()) +
+                                    " devices) over rdma_cm, at " + call +
+                                    ": rails are joined over the TCP endpoint exchange for now; use "
+                                    "builder::exchange(endpoint_exchange::tcp) on both sides");
+    if (!s.rails.empty() && s.shared_receives)
+        throw std::invalid_argument(std::string("builder::rails with builder::shared_receives, at ") + call +
+                                    ": a shared receive queue belongs to one device, and a connection over rails "
+                                    "needs receives on each; drop one of the two");
+    if (!s.rails.empty() && !s.device.empty() && s.device != s.rails.front())
+        throw std::invalid_argument("builder::device(\"" + s.device + "\") with builder::rails, at " + call +
+                                    ": rail 0 is the builder's device, and rails name \"" + s.rails.front() +
+                                    "\" first; drop builder::device or name it first in builder::rails");
     if (!s.with_agent && s.agent_timeout != connection_settings{}.agent_timeout)
         throw std::invalid_argument(std::string("builder::agent_timeout with builder::agent(false), at ") + call +
                                     ": without an agent there are no agent calls to time; drop one of the two");

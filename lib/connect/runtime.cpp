@@ -31,25 +31,74 @@ std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
     if (settings.pool_chunk_size < 4096)
         throw std::invalid_argument("connection_settings::pool_chunk_size=" + std::to_string(settings.pool_chunk_size) +
                                     ": must be at least 4096 (one page)");
+    if (!settings.rails.empty() && !settings.device.empty() && settings.device != settings.rails.front())
+        throw std::invalid_argument("builder::device(\"" + settings.device + "\") with builder::rails: rail 0 is the "
+                                    "builder's device, and rails name \"" + settings.rails.front() +
+                                    "\" first; drop builder::device or name it first in builder::rails");
     auto rt = std::make_shared<runtime>();
-    rt->event_listener = event_listener::start(device_context::open(settings.device), {.mode = settings.polling});
+    const std::string& first = settings.rails.empty() ? settings.device : settings.rails.front();
+    rt->event_listener = event_listener::start(device_context::open(first), {.mode = settings.polling});
     rt->pd = protection_domain::create(rt->event_listener->device());
-    rt->pool = memory_pool::create(rt->pd, access_flags::all, settings.pool_chunk_size);
+    std::vector<std::shared_ptr<protection_domain>> pds{rt->pd};
+    for (std::size_t i = 1; i < settings.rails.size(); ++i) {
+        runtime::rail r;
+        r.device = device_context::open(settings.rails[i]);
+        if (r.device->first_active_port() == 0)
+            throw std::invalid_argument("builder::rails: rail " + std::to_string(i) + "'s device " +
+                                        settings.rails[i] + " has no ACTIVE port");
+        r.pd = protection_domain::create(r.device);
+        r.send_cqs = std::make_unique<cq_pool>(rt->event_listener, r.device, settings.cq_size, "send");
+        r.recv_cqs = std::make_unique<cq_pool>(rt->event_listener, r.device, settings.cq_size, "receive");
+        pds.push_back(r.pd);
+        rt->rails.push_back(std::move(r));
+    }
+    rt->pool = memory_pool::create(pds, access_flags::all, settings.pool_chunk_size);
     if (settings.pool_initial_size != 0)
         rt->pool->reserve(settings.pool_initial_size);
-    rt->results_pool = memory_pool::create(rt->pd, access_flags::local_write, 64 << 10);
+    rt->results_pool = memory_pool::create(pds, access_flags::local_write, 64 << 10);
     rt->registrations = std::make_unique<registration_cache>(rt->pd, registration_cache_capacity(settings));
     rt->ledger = std::make_shared<agent_ledger>();
     if (!settings.metrics_endpoint.empty())
         rt->metrics = shared_metrics_endpoint(settings.metrics_endpoint);
-    rt->send_cqs = std::make_unique<cq_pool>(rt->event_listener, settings.cq_size, "send");
-    rt->recv_cqs = std::make_unique<cq_pool>(rt->event_listener, settings.cq_size, "receive");
+    rt->send_cqs = std::make_unique<cq_pool>(rt->event_listener, rt->event_listener->device(), settings.cq_size, "send");
+    rt->recv_cqs =
+        std::make_unique<cq_pool>(rt->event_listener, rt->event_listener->device(), settings.cq_size, "receive");
     return rt;
 }
 
 void runtime::release(const cq_room& room) noexcept {
-    send_cqs->give_back(room.send_cq, room.send_entries);
-    recv_cqs->give_back(room.recv_cq, room.recv_entries);
+    cq_pool& sends = room.rail == 0 ? *send_cqs : *rails[room.rail - 1].send_cqs;
+    cq_pool& receives = room.rail == 0 ? *recv_cqs : *rails[room.rail - 1].recv_cqs;
+    sends.give_back(room.send_cq, room.send_entries);
+    receives.give_back(room.recv_cq, room.recv_entries);
+}
+
+const std::shared_ptr<device_context>& runtime::rail_device(std::size_t index) const noexcept {
+    return index == 0 ? event_listener->device() : rails[index - 1].device;
+}
+
+std::shared_ptr<queue_pair> runtime::create_rail_qp(std::size_t index, const qp_capacity& capacity) {
+    rail& r = rails.at(index - 1);
+    cq_room room{.rail = index, .send_entries = static_cast<int>(capacity.max_send_wr),
+                 .recv_entries = static_cast<int>(capacity.max_recv_wr)};
+    auto send_cq = r.send_cqs->take(room.send_entries);
+    room.send_cq = send_cq.get();
+    std::shared_ptr<queue_pair> qp;
+    try {
+        auto recv_cq = r.recv_cqs->take(room.recv_entries);
+        room.recv_cq = recv_cq.get();
+        qp = queue_pair::create(r.pd, send_cq, recv_cq, capacity);
+    } catch (...) {
+        release(room);
+        throw;
+    }
+    std::weak_ptr<runtime> owner = weak_from_this();
+    auto* raw = qp.get();
+    return std::shared_ptr<queue_pair>(raw, [qp = std::move(qp), owner, room](queue_pair*) mutable {
+        qp.reset();
+        if (auto rt = owner.lock())
+            rt->release_from_any_thread(room);
+    });
 }
 
 std::shared_ptr<completion_queue> runtime::reserve_receives(std::uint32_t entries) {

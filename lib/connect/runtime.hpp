@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include <cordma/builder.hpp>
 #include <cordma/completion_queue.hpp>
@@ -46,6 +47,18 @@ struct runtime : std::enable_shared_from_this<runtime> {
     /// connection_settings::metrics_endpoint's, shared with the other
     /// builders naming its address.
     std::shared_ptr<metrics_endpoint> metrics;
+    /// Rails 1.. (builder::rails): another device each, with its own PD
+    /// and CQs, on the same event listener; `pool` and `results_pool`
+    /// register their memory on each rail's PD too. Empty: one rail.
+    struct rail {
+        std::shared_ptr<device_context> device;
+        std::shared_ptr<protection_domain> pd;
+        std::unique_ptr<cq_pool> send_cqs;
+        std::unique_ptr<cq_pool> recv_cqs;
+    };
+    std::vector<rail> rails;
+    /// Rails in all (1 without builder::rails).
+    std::size_t rail_count() const noexcept { return 1 + rails.size(); }
 
     /// Event listener thread. An RC QP on the shared PD and on CQs with room
     /// for it (a CQ that can overflow loses completions); the room is given
@@ -55,6 +68,11 @@ struct runtime : std::enable_shared_from_this<runtime> {
     /// alive).
     std::shared_ptr<queue_pair> create_qp(const qp_capacity& capacity,
                                           std::shared_ptr<shared_receive_state> srq = nullptr);
+    /// Event listener thread. An RC QP on rail `index` (1..rails.size()):
+    /// that device's PD and CQs.
+    std::shared_ptr<queue_pair> create_rail_qp(std::size_t index, const qp_capacity& capacity);
+    /// The device of rail `index` (0: the event listener's).
+    const std::shared_ptr<device_context>& rail_device(std::size_t index) const noexcept;
 
     /// Event listener thread. A receive CQ with room for `entries` more
     /// receives (an SRQ's), and giving it back (any thread).
@@ -68,6 +86,7 @@ struct runtime : std::enable_shared_from_this<runtime> {
 private:
     /// Room taken on a send and a receive CQ, given back when a QP goes.
     struct cq_room {
+        std::size_t rail = 0;
         const completion_queue* send_cq = nullptr;
         int send_entries = 0;
         const completion_queue* recv_cq = nullptr;

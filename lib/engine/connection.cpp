@@ -7,6 +7,8 @@
 #include <stdexcept>
 
 #include "engine/connection_state.hpp"
+#include "engine/rail_stripes.hpp"
+#include "engine/run_and_wait.hpp"
 
 namespace cordma {
 
@@ -84,6 +86,22 @@ const std::shared_ptr<event_listener>& connection::event_listener() const {
     return checked_state("event_listener").event_listener();
 }
 bool connection::is_broken() const { return checked_state("is_broken").broken(); }
+
+std::vector<rail_info> connection::rails() const {
+    detail::connection_state& state = checked_state("rails");
+    std::vector<rail_info> out;
+    detail::run_and_wait(*state.event_listener(), [&] {
+        auto add = [&out](const detail::connection_state& rail) {
+            out.push_back({rail.qp()->pd()->device()->name(), rail.qp()->qp_num(), !rail.broken(),
+                           rail.broken() ? rail.broken_reason() : std::string(), rail.tally().read()});
+        };
+        add(state);
+        if (const detail::rail_stripes* stripes = state.stripes())
+            for (const auto& rail : stripes->rails())
+                add(*rail);
+    });
+    return out;
+}
 
 connection connection::adopt(std::shared_ptr<cordma::event_listener> el, std::shared_ptr<queue_pair> qp,
                              std::string peer) {

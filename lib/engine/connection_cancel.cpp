@@ -3,6 +3,7 @@
 // completion. An orphaned receive stays posted: the next recv adopts it, or
 // the message that lands in it is kept for the next recv.
 #include "engine/connection_state.hpp"
+#include "engine/rail_stripes.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -11,6 +12,12 @@
 namespace cordma::detail {
 
 void connection_state::abandon(operation_base* op) noexcept {
+    if (op->pieces_left != 0 && stripes_ != nullptr) {
+        // Its pieces may hold the last reference to this state.
+        auto keep = shared_from_this();
+        stripes_->abandon(op);
+        return;
+    }
     if (op->waiting) {
         unlink(op);
     } else if (op->slot != nullptr && op->slot->op == op) {
@@ -27,6 +34,8 @@ void connection_state::abandon(operation_base* op) noexcept {
 }
 
 void connection_state::cancel(operation_base* op, std::uint64_t ticket) noexcept {
+    if (stripes_ != nullptr && stripes_->cancel(op, ticket))
+        return;
     // `op` may be long gone: find it among the live ones before touching it.
     for (operation_base* head : {send_waiters_head_, recv_waiters_head_})
         for (operation_base* w = head; w != nullptr; w = w->next_waiting)

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "engine/event_listener_access.hpp"
+#include "engine/rail_stripes.hpp"
 
 namespace cordma::detail {
 
@@ -38,6 +39,13 @@ bool connection_state::start(operation_base* op) noexcept {
     if (broken_) {
         fail(op, std::make_exception_ptr(disconnected_error(to_string(op->kind), peer_, broken_reason_)));
         return false;
+    }
+    if (stripes_ != nullptr) [[unlikely]] {
+        switch (stripes_->start(op)) {
+        case rail_stripes::outcome::started: return true;
+        case rail_stripes::outcome::finished: return false;
+        case rail_stripes::outcome::not_striped: break;
+        }
     }
     if (receive && unadopted_orphans_ > 0) [[unlikely]] {
         // A cancelled recv's receive is still posted: take its place instead
@@ -77,7 +85,7 @@ void connection_state::post(operation_base* op, work_slot* slot) {
         ibv_sge sges[max_sges];
         for (std::size_t i = 0; i < op->sge_count; ++i) {
             const local_slice& s = op->local[i];
-            sges[i] = {reinterpret_cast<std::uint64_t>(s.data()), static_cast<std::uint32_t>(s.size()), s.lkey()};
+            sges[i] = {reinterpret_cast<std::uint64_t>(s.data()), static_cast<std::uint32_t>(s.size()), lkey_of(s)};
         }
         ibv_recv_wr wr{};
         wr.wr_id = slot->as_wr_id();
@@ -95,7 +103,7 @@ void connection_state::post(operation_base* op, work_slot* slot) {
         for (std::size_t i = 0; i < op->sge_count; ++i) {
             const local_slice& s = op->local[i];
             slot->sges[i] = {reinterpret_cast<std::uint64_t>(s.data()), static_cast<std::uint32_t>(s.size()),
-                             s.lkey()};
+                             lkey_of(s)};
             bytes += s.size();
         }
         wr.next = nullptr;

@@ -13,6 +13,7 @@
 
 #include "engine/connection_registry.hpp"
 #include "engine/event_listener_access.hpp"
+#include "engine/rail_stripes.hpp"
 #include "engine/receive_queue_state.hpp"
 #include "engine/shared_receive_state.hpp"
 #include "log/logf.hpp"
@@ -34,7 +35,7 @@ connection_state::connection_state(std::shared_ptr<cordma::event_listener> el, s
     turn_ms_ = event_listener_access::turn_ms(*event_listener_);
     turn_tick_ = event_listener_access::turn_tick(*event_listener_);
     latency_ = &event_listener_access::connections(*event_listener_).latency(operation_kind::send);
-    check_atomic_results_ = event_listener_->device()->attributes().vendor_id == rxe_vendor_id;
+    check_atomic_results_ = qp_->pd()->device()->attributes().vendor_id == rxe_vendor_id;
     bell_.ring = &connection_state::on_ring;
     bell_.self = this;
     // One completion retires at most a quarter of the send queue, so the
@@ -82,7 +83,7 @@ void connection_state::make_atomic_results() {
         atomic_results_block_ =
             results_pool_->allocate(send_slots_.capacity() * sizeof(std::uint64_t), alignof(std::uint64_t));
         atomic_results_ = reinterpret_cast<std::uint64_t*>(atomic_results_block_.data());
-        lkey = atomic_results_block_.lkey();
+        lkey = lkey_of(atomic_results_block_.all());
     } else {
         own_atomic_results_.resize(send_slots_.capacity());
         atomic_results_mr_ = memory_region::register_memory(qp_->pd(), own_atomic_results_.data(),
@@ -136,6 +137,8 @@ void connection_state::mark_broken(const std::string& why, disconnect_cause caus
     detail::logf(log_level::info, "cordma: connection to %s (QP %u) ended: %s", peer_.c_str(), qp_->qp_num(),
                  why.c_str());
     fail_waiters();
+    if (stripes_ != nullptr)
+        stripes_->shut_down(why);
     if (receive_queue != nullptr)
         receive_queue->on_broken();
     if (shared_receives_ != nullptr)
@@ -149,6 +152,13 @@ void connection_state::fail_waiters() noexcept {
         fail(op, std::make_exception_ptr(disconnected_error(to_string(op->kind), peer_, broken_reason_)));
         op->wake();
     }
+}
+
+void connection_state::attach_rails(std::vector<std::shared_ptr<connection_state>> rails, std::size_t threshold) {
+    std::uint8_t index = 1;
+    for (auto& rail : rails)
+        rail->set_rail(index++);
+    stripes_ = std::make_unique<rail_stripes>(*this, std::move(rails), threshold);
 }
 
 void connection_state::shut_down(const std::string& why, disconnect_cause cause) noexcept {

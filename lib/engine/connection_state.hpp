@@ -39,6 +39,8 @@ public:
     virtual void shut_down(const std::string& why) noexcept = 0;
 };
 
+class rail_stripes;
+
 class connection_state : public std::enable_shared_from_this<connection_state> {
 public:
     /// `results_pool`: registered memory (local writes only) for the atomic
@@ -163,6 +165,21 @@ public:
     /// receive_queue's.
     void receives_are_standing() noexcept { standing_receives_ = true; }
 
+    // ---- Rails (builder::rails; lib/engine/rail_stripes.hpp) -------------
+
+    /// Before the state is shared. This state is rail `index` (1..) of a
+    /// connection: its QP is on that rail's device, and the memory it
+    /// names is keyed for that rail.
+    void set_rail(std::uint8_t index) noexcept { rail_ = index; }
+    std::uint8_t rail() const noexcept { return rail_; }
+    /// Event listener thread (or before the state is shared). Rails 1..
+    /// of this connection (this state is rail 0): its writes and reads of
+    /// at least `threshold` bytes are striped over all of them, and when
+    /// this one breaks they are shut down too.
+    void attach_rails(std::vector<std::shared_ptr<connection_state>> rails, std::size_t threshold);
+    /// The rails and their stripes, or null (one rail).
+    const rail_stripes* stripes() const noexcept { return stripes_.get(); }
+
 private:
     static void on_complete(completion_target* target, const ibv_wc& wc) noexcept;
     static void on_ring(doorbell* bell) noexcept;
@@ -276,6 +293,14 @@ private:
     work_slot* kept_tail_ = nullptr;
 
     std::shared_ptr<shared_receive_state> shared_receives_;
+    // Which rail this state is (0: the connection's own), and rails 1..
+    // when it is rail 0 of a connection with several.
+    std::uint8_t rail_ = 0;
+    std::unique_ptr<rail_stripes> stripes_;
+    /// The local key of `s` on this state's rail.
+    std::uint32_t lkey_of(const local_slice& s) const noexcept {
+        return rail_ == 0 ? s.lkey() : s.block()->rail_lkeys[rail_ - 1];
+    }
     bool broken_ = false;
     std::string broken_reason_;
     std::uint64_t next_ticket_ = 1;

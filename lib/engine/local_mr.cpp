@@ -47,14 +47,39 @@ std::shared_ptr<memory_pool> memory_pool::create(std::shared_ptr<protection_doma
     if (chunk_size < 4096)
         throw std::invalid_argument("memory_pool::create(chunk_size=" + std::to_string(chunk_size) +
                                     "): chunks must be at least 4096 bytes");
-    return std::shared_ptr<memory_pool>(new memory_pool(std::move(pd), access, chunk_size));
+    std::vector<std::shared_ptr<protection_domain>> pds;
+    pds.push_back(std::move(pd));
+    return create(std::move(pds), access, chunk_size);
 }
 
-memory_pool::memory_pool(std::shared_ptr<protection_domain> pd, access_flags access, std::size_t chunk_size)
-    : pd_(std::move(pd)), rights_(access | access_flags::local_write), chunk_size_(chunk_size) {}
+std::shared_ptr<memory_pool> memory_pool::create(std::vector<std::shared_ptr<protection_domain>> rails,
+                                                 access_flags access, std::size_t chunk_size) {
+    auto call = [&] { return "memory_pool::create(" + std::to_string(rails.size()) + " protection domains)"; };
+    if (chunk_size < 4096)
+        throw std::invalid_argument("memory_pool::create(chunk_size=" + std::to_string(chunk_size) +
+                                    "): chunks must be at least 4096 bytes");
+    if (rails.empty() || rails.size() > max_rails)
+        throw std::invalid_argument(call() + ": a pool needs 1 to " + std::to_string(max_rails) +
+                                    " protection domains, one per rail");
+    for (std::size_t i = 0; i < rails.size(); ++i) {
+        if (!rails[i])
+            throw std::invalid_argument(call() + ": rail " + std::to_string(i) + "'s protection domain is null");
+        for (std::size_t j = 0; j < i; ++j)
+            if (rails[j]->device()->native_handle() == rails[i]->device()->native_handle())
+                throw std::invalid_argument(call() + ": rails " + std::to_string(j) + " and " + std::to_string(i) +
+                                            " are both on " + rails[i]->device()->name() +
+                                            "; give one protection domain per device");
+    }
+    return std::shared_ptr<memory_pool>(new memory_pool(std::move(rails), access, chunk_size));
+}
+
+memory_pool::memory_pool(std::vector<std::shared_ptr<protection_domain>> pds, access_flags access,
+                         std::size_t chunk_size)
+    : pds_(std::move(pds)), rights_(access | access_flags::local_write), chunk_size_(chunk_size) {}
 
 memory_pool::~memory_pool() {
     for (auto& c : chunks_) {
+        c.rail_registrations.clear();
         c.registration = memory_region();
         std::free(c.memory);
     }
@@ -97,6 +122,11 @@ local_mr memory_pool::allocate(std::size_t size, std::size_t alignment) {
             block->size = size;
             block->lkey = c.registration.lkey();
             block->rkey = c.registration.rkey();
+            for (std::size_t rail = 0; rail < c.rail_registrations.size(); ++rail) {
+                block->rail_lkeys[rail] = c.rail_registrations[rail].lkey();
+                block->rail_rkeys[rail] = c.rail_registrations[rail].rkey();
+            }
+            block->rails = static_cast<std::uint8_t>(1 + c.rail_registrations.size());
             block->access = rights_;
             block->pool = shared_from_this();
             block->chunk = index;
@@ -115,8 +145,12 @@ void memory_pool::add_chunk(std::size_t bytes, const char* call) {
         detail::throw_verbs_error(ENOMEM, std::string(call) + ": aligned_alloc(" + std::to_string(bytes) + ")");
     c.size = bytes;
     try {
-        c.registration = memory_region::register_memory(pd_, c.memory, bytes, rights_);
+        c.registration = memory_region::register_memory(pds_.front(), c.memory, bytes, rights_);
+        for (std::size_t rail = 1; rail < pds_.size(); ++rail)
+            c.rail_registrations.push_back(memory_region::register_memory(pds_[rail], c.memory, bytes, rights_));
     } catch (...) {
+        c.rail_registrations.clear();
+        c.registration = memory_region();
         std::free(c.memory);
         throw;
     }

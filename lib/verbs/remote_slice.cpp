@@ -13,6 +13,10 @@ std::string to_string(const remote_slice& region) {
                   static_cast<unsigned long long>(region.address), static_cast<unsigned long long>(region.length),
                   region.rkey);
     std::string out = text;
+    for (std::size_t rail = 1; rail < region.rails && rail < max_rails; ++rail) {
+        std::snprintf(text, sizeof text, ", rail %zu rkey=0x%x", rail, region.rail_rkeys[rail - 1]);
+        out += text;
+    }
     if (region.access != access_flags::all)
         out += ", access=" + to_string(region.access & (access_flags::remote_read | access_flags::remote_write |
                                                         access_flags::remote_atomic));
@@ -21,12 +25,18 @@ std::string to_string(const remote_slice& region) {
 
 remote_slice remote_slice::slice(std::uint64_t offset, std::uint64_t slice_length) const {
     detail::check_slice(length, offset, slice_length, [this] { return to_string(*this); });
-    return {address + offset, slice_length, rkey, access};
+    remote_slice part = *this;
+    part.address = address + offset;
+    part.length = slice_length;
+    return part;
 }
 
 remote_slice remote_slice::slice(std::uint64_t offset) const {
     detail::check_slice(length, offset, 0, [this] { return to_string(*this); });
-    return {address + offset, length - offset, rkey, access};
+    remote_slice part = *this;
+    part.address = address + offset;
+    part.length = length - offset;
+    return part;
 }
 
 }  // namespace cordma

@@ -25,6 +25,13 @@
 #   poweroff  3 VMs; host 2 powers off under 1,000 operations in flight
 #             from host 1, which fails them all within 5 s, frees them, and
 #             goes on serving host 3's traffic throughout
+#   rails     2 VMs with two links each, one connection over both
+#             (builder::rails): 128 MiB written and read back striped with
+#             5% loss on rail 1 (which may run out of retries and go down:
+#             rails_guest.sh says why), then again with rail 1's link taken
+#             down at 30%: every byte right, no operation failed, none
+#             stalled longer than the retry time's limit when the link went
+#             down, rail 1 reported down
 #   soak      64 connections x 256 operations in flight for 20 s, every
 #             read checked, memory and fds flat from second 5 on
 # soak needs one host, not a link between hosts: it runs in the rxe suite,
@@ -60,6 +67,9 @@ case "$scenario" in
     vm -n 2 -t 420 -- env BUILD="$build" SCENARIO=linkdown LIMIT_MS=$linkdown_limit sh "$src/tests/faults/pressure_guest.sh" ;;
   poweroff)
     vm -n 3 -t 420 -- env BUILD="$build" SCENARIO=poweroff LIMIT_MS=5000 sh "$src/tests/faults/pressure_guest.sh" ;;
+  rails)
+    echo "faults.sh: an operation may stall at most $linkdown_limit ms when a rail fails"
+    vm -n 2 --rails 2 -t 420 -- env BUILD="$build" LIMIT_MS=$linkdown_limit sh "$src/tests/faults/rails_guest.sh" ;;
   soak)
     [ -n "${CORDMA_TEST_ADDR:-}" ] ||
       { echo "faults.sh: soak runs on the rxe suite's device: CORDMA_TEST_ADDR is not set (run it through tools/run-tests)" >&2; exit 2; }

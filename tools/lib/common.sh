@@ -142,8 +142,9 @@ cordma_run_rdma() {
   [ "$(id -u)" -eq 0 ] ||
     cordma_die "this host has no RDMA device, and tools/rxe-vm (Soft-RoCE in a VM) must run as root." \
                "Run again with sudo."
-  cordma_say "no RDMA device on this host: running on Soft-RoCE (rxe0) inside tools/rxe-vm"
-  "$CORDMA_ROOT/tools/rxe-vm" "$CORDMA_ROOT/tools/lib/with-device" "${opts[@]}" "$CORDMA_DEVICE_RECORD" "$@" || rc=$?
+  cordma_say "no RDMA device on this host: running on Soft-RoCE (rxe0, and rxe1 for the rails tests) inside tools/rxe-vm"
+  # Two rails: rails_test and several_devices_test want a second device.
+  "$CORDMA_ROOT/tools/rxe-vm" --rails 2 "$CORDMA_ROOT/tools/lib/with-device" "${opts[@]}" "$CORDMA_DEVICE_RECORD" "$@" || rc=$?
   case $rc in
     124) cordma_say "tools/rxe-vm: the command timed out" >&2 ;;
     125) cordma_say "tools/rxe-vm: the VM failed before the command finished (see its console output above)" >&2 ;;

@@ -59,6 +59,9 @@ struct CORDMA_API operation_base {
     operation_base* next_waiting = nullptr;
     operation_base* prev_waiting = nullptr;
     bool waiting = false;
+    /// Pieces of it still running on the connection's rails (a striped
+    /// write or read, builder::rails); 0 otherwise.
+    std::uint8_t pieces_left = 0;
     std::uint64_t ticket = 0;
     // When it began to wait for a queue entry (the loop turn's coarse
     // clock, ms): its age in a stuck report.

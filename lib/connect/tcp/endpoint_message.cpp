@@ -31,7 +31,8 @@ std::array<std::uint8_t, endpoint_message_size> encode_endpoint_message(const en
     w.u32(message.endpoint.psn);
     w.bytes(std::as_bytes(std::span(message.endpoint.gid.raw)));
     w.u8(static_cast<std::uint8_t>(message.mtu));
-    w.u8(message.agent ? 0 : endpoint_flag_no_agent);
+    w.u8(static_cast<std::uint8_t>((message.agent ? 0 : endpoint_flag_no_agent) |
+                                   ((message.rails - 1) << endpoint_rails_shift)));
     w.u16(message.agent ? 0 : message.private_data_length);
     return out;
 }
@@ -70,9 +71,11 @@ endpoint_message decode_endpoint_message(std::span<const std::uint8_t, endpoint_
     if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096)
         throw bad("mtu", "is " + std::to_string(mtu) + ", not an MTU code (1..5 = 256..4096 bytes)");
     out.mtu = static_cast<ibv_mtu>(mtu);
-    if ((flags & ~endpoint_flag_no_agent) != 0)
-        throw bad("flags", "is " + std::to_string(flags) + ", and only bit 0 (no agent) is defined");
+    if ((flags & ~(endpoint_flag_no_agent | endpoint_rails_mask)) != 0)
+        throw bad("flags", "is " + std::to_string(flags) +
+                               ", and only bit 0 (no agent) and bits 1-2 (rails - 1) are defined");
     out.agent = (flags & endpoint_flag_no_agent) == 0;
+    out.rails = static_cast<std::uint8_t>(1 + ((flags & endpoint_rails_mask) >> endpoint_rails_shift));
     if (out.agent && out.private_data_length != 0)
         throw bad("private_data_length", "is " + std::to_string(out.private_data_length) +
                                              ", but only a message without an agent (flags bit 0) carries private data");

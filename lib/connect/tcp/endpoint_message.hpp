@@ -12,7 +12,10 @@
 ///        with the agent: a second pair, for the agent's control QP;
 ///        without it (flags bit 0): the private data, as long as the
 ///        message says, follows each message instead
-///        both QPs go RESET -> INIT -> RTR -> RTS
+///        with rails (flags bits 1-2): one more pair per rail 1.., same
+///        format, the QP on that rail's device (both sides must have as
+///        many rails)
+///        every QP goes RESET -> INIT -> RTR -> RTS
 ///     -> ready (1 byte, 'R')              <- ready (1 byte, 'R')
 ///        then nothing more; EOF or an error on the socket means the peer is gone
 ///
@@ -27,8 +30,9 @@
 ///         16    16  gid       raw, as ibv_gid
 ///         32     1  mtu       ibv_mtu code 1..5 (256..4096 bytes): the
 ///                             sender's path MTU cap; both use the smaller
-///         33     1  flags     bit 0: no agent (builder::agent(false)); the
-///                             other bits zero
+///         33     1  flags     bit 0: no agent (builder::agent(false));
+///                             bits 1-2: rails - 1 (builder::rails; 0: one
+///                             rail); the other bits zero
 ///         34     2  private_data_length
 ///                             bytes of private data after the message, at
 ///                             most 196; 0 unless flags bit 0 is set
@@ -68,6 +72,9 @@ struct endpoint_message {
     bool agent = true;
     /// Bytes of private data following the message (only without an agent).
     std::uint16_t private_data_length = 0;
+    /// The sender's rails (flags bits 1-2, plus one): as many endpoint
+    /// messages follow, one per rail 1..
+    std::uint8_t rails = 1;
 };
 
 inline constexpr std::uint32_t endpoint_magic = 0x4352444d;  // "CRDM"
@@ -75,6 +82,8 @@ inline constexpr std::uint16_t endpoint_version = 1;
 inline constexpr std::size_t endpoint_message_size = 36;
 inline constexpr std::uint8_t ready_byte = 'R';
 inline constexpr std::uint8_t endpoint_flag_no_agent = 0x01;
+inline constexpr std::uint8_t endpoint_rails_shift = 1;
+inline constexpr std::uint8_t endpoint_rails_mask = 0x06;
 /// As much as an rdma_cm accept carries, so both transports take the same.
 inline constexpr std::uint16_t endpoint_max_private_data = 196;
 

@@ -58,6 +58,52 @@ task<void> say_ready(tcp_service& service, event_listener& el, std::shared_ptr<t
                                   " ('R')");
 }
 
+/// Rail `rail`'s QP, made on its device, its endpoint sent and the
+/// peer's read over the socket, and connected (RTS).
+task<std::shared_ptr<queue_pair>> exchange_rail(runtime& rt, const connection_settings& settings,
+                                                tcp_service& service, event_listener& el, std::shared_ptr<tcp_io> io,
+                                                std::size_t rail, const std::string& who,
+                                                std::chrono::milliseconds limit) {
+    const auto& device = rt.rail_device(rail);
+    // builder::port and gid_index are rail 0's: another device has ports
+    // and GIDs of its own, and its first active port's first usable GID
+    // serves.
+    connection_settings rail_settings;
+    rail_settings.path_mtu = settings.path_mtu;
+    rail_settings.timeout = settings.timeout;
+    rail_settings.retry_count = settings.retry_count;
+    rail_settings.rnr_retry = settings.rnr_retry;
+    rail_settings.min_rnr_timer = settings.min_rnr_timer;
+    rail_settings.remote_access = settings.remote_access;
+    qp_connect_options options = qp_options(rail_settings, *device, nullptr, 0, qp_role::data);
+    auto qp = rt.create_rail_qp(rail, settings.capacity);
+    ibv_mtu mtu = std::min(options.mtu, device->query_port(options.port).active_mtu);
+    endpoint_message ours{qp->local_endpoint(options.port, options.gid_index), mtu, settings.with_agent};
+    ours.rails = static_cast<std::uint8_t>(rt.rail_count());
+    io->sent = encode_endpoint_message(ours);
+    std::string step = "rail " + std::to_string(rail) + " (" + device->name() + ")";
+    check(co_await on_io(service, el, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_write(io->socket, asio::buffer(io->sent), std::move(done));
+                         }),
+          who, limit, ("sending our endpoint on " + step).c_str());
+    check(co_await on_io(service, el, io,
+                         [](const std::shared_ptr<tcp_io>& io, io_done done) {
+                             asio::async_read(io->socket, asio::buffer(io->received), std::move(done));
+                         }),
+          who, limit, ("waiting for the peer's endpoint on " + step).c_str());
+    endpoint_message remote;
+    try {
+        remote = decode_endpoint_message(io->received);
+    } catch (const std::invalid_argument& e) {
+        throw handshake_error(make_error_code(errc::protocol_violation),
+                              who + ": malformed endpoint message from the peer for " + step + ": " + e.what());
+    }
+    options.mtu = std::min(mtu, remote.mtu);
+    qp->connect(remote.endpoint, options);
+    co_return qp;
+}
+
 }  // namespace
 
 task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_settings settings,
@@ -74,6 +120,7 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
     auto qp = rt->create_qp(settings.capacity, settings.shared_receives);
     ibv_mtu mtu = std::min(options.mtu, device->query_port(options.port).active_mtu);
     endpoint_message ours{qp->local_endpoint(options.port, options.gid_index), mtu};
+    ours.rails = static_cast<std::uint8_t>(rt->rail_count());
     if (!settings.with_agent) {
         ours.agent = false;
         ours.private_data_length = static_cast<std::uint16_t>(settings.private_data.size());
@@ -129,6 +176,14 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
                                        : "the peer has the agent on and this side has builder::agent(false); use "
                                          "builder::agent(false) on both sides, or the agent on both"));
 
+    // Rails are paired by position, so both ends need as many; each finds
+    // a mismatch in the other's first message.
+    if (remote.rails != rt->rail_count())
+        throw handshake_error(std::make_error_code(std::errc::protocol_not_supported),
+                              who + ": the peer has " + std::to_string(remote.rails) + " rail(s) and this side " +
+                                  std::to_string(rt->rail_count()) +
+                                  " (builder::rails); give both sides as many rails");
+
     std::shared_ptr<queue_pair> control_qp;
     if (settings.with_agent) {
         // The agent's control QP: a second endpoint over the same socket,
@@ -163,6 +218,9 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
                              }),
               who, limit, "waiting for the peer's private data");
     }
+    std::vector<std::shared_ptr<queue_pair>> rail_qps;
+    for (std::size_t rail = 1; rail < rt->rail_count(); ++rail)
+        rail_qps.push_back(co_await exchange_rail(*rt, settings, service, el, io, rail, who, limit));
     options.mtu = std::min(mtu, remote.mtu);
     qp->connect(remote.endpoint, options);
 
@@ -183,12 +241,16 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
         connection conn = make(std::move(channel));
         if (control_qp)
             attach_control(conn, std::move(control_qp));
+        if (!rail_qps.empty())
+            attach_rails(conn, std::move(rail_qps), settings.stripe_threshold);
         co_return conn;
     }
     // With a hook, the connection is made before the ready byte goes (the
     // listener assembles, and may send, only once it has read it) and
     // watches its socket only after the exchange (the watch reads it).
     connection conn = make(nullptr);
+    if (!rail_qps.empty())
+        attach_rails(conn, std::move(rail_qps), settings.stripe_threshold);
     std::exception_ptr failure;
     try {
         hook(conn);

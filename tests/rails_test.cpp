@@ -1,0 +1,184 @@
+// One connection over two devices (builder::rails): both rails joined in
+// one handshake over the TCP endpoint exchange, large writes and reads cut
+// into a piece per rail and every byte checked, small ones on rail 0, and
+// every way to set rails up wrongly refused by name. Needs two devices:
+// tools/rxe-vm --rails 2 (rxe0 and rxe1, as tools/run-tests boots it), or
+// CORDMA_TEST_RAILS="dev0 dev1" on a host with two.
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <cordma/builder.hpp>
+#include <cordma/connection.hpp>
+#include <cordma/listener.hpp>
+#include <cordma/local_mr.hpp>
+#include <cordma/sync_wait.hpp>
+#include <cordma/task.hpp>
+#include <cordma/when_all.hpp>
+
+#include "support/rxe_device.hpp"
+
+using namespace cordma;
+
+namespace {
+
+/// The two devices to stripe over, rail 0 first (the test address's).
+std::vector<std::string> rail_devices() {
+    const char* names = std::getenv("CORDMA_TEST_RAILS");
+    if (names == nullptr)
+        names = std::getenv("RXE_VM_RAIL_DEVICES");
+    std::istringstream in(names != nullptr ? names : "");
+    std::vector<std::string> out;
+    for (std::string name; in >> name && out.size() < 2;)
+        out.push_back(name);
+    if (out.size() < 2)
+        FAIL("rails_test needs two RDMA devices: run it under tools/rxe-vm --rails 2 (tools/run-tests does), or "
+             "set CORDMA_TEST_RAILS=\"dev0 dev1\" (rail 0's device holds the test address)");
+    return out;
+}
+
+builder rails_builder() {
+    builder b;
+    b.exchange(endpoint_exchange::tcp).rails(rail_devices());
+    return b;
+}
+
+void fill(local_mr& mr, unsigned seed) {
+    for (std::size_t i = 0; i < mr.size(); ++i)
+        mr.data()[i] = static_cast<std::byte>((i * 131 + (i >> 12) + seed) & 0xff);
+}
+
+/// The first offset where `a` and `b` differ, or -1.
+long long first_difference(const local_mr& a, const local_mr& b) {
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (a.data()[i] != b.data()[i])
+            return static_cast<long long>(i);
+    return -1;
+}
+
+}  // namespace
+
+TEST_CASE("builder::rails and stripe_threshold refuse bad arguments by name", "[rails]") {
+    builder b;
+    CHECK_THROWS_WITH(b.rails({"rxe0"}), Catch::Contains("builder::rails({\"rxe0\"})") &&
+                                             Catch::Contains("give 2 to 4 device names"));
+    CHECK_THROWS_WITH(b.rails({"rxe0", "rxe1", "rxe2", "rxe3", "rxe4"}), Catch::Contains("give 2 to 4"));
+    CHECK_THROWS_WITH(b.rails({"rxe0", "rxe0"}), Catch::Contains("rxe0 is named twice"));
+    CHECK_THROWS_WITH(b.rails({"rxe0", ""}), Catch::Contains("rail 1 names no device"));
+    CHECK_THROWS_WITH(b.stripe_threshold(100), Catch::Contains("builder::stripe_threshold(100)") &&
+                                                   Catch::Contains("at least 4096"));
+}
+
+TEST_CASE("rails are refused by name where they cannot apply", "[rails]") {
+    std::vector<std::string> devices = rail_devices();
+    SECTION("over rdma_cm") {
+        builder b;
+        b.rails(devices);
+        CHECK_THROWS_WITH(b.listen(test::any_port()), Catch::Contains("builder::rails (2 devices) over rdma_cm") &&
+                                                          Catch::Contains("endpoint_exchange::tcp"));
+        CHECK_THROWS_WITH(sync_wait(b.connect(test::test_address() + ":7471")),
+                          Catch::Contains("over rdma_cm, at connect"));
+    }
+    SECTION("with another builder::device") {
+        builder b;
+        b.exchange(endpoint_exchange::tcp).rails(devices).device(devices[1]);
+        CHECK_THROWS_WITH(b.listen(test::any_port()), Catch::Contains("builder::device(\"" + devices[1] +
+                                                                      "\") with builder::rails"));
+    }
+    SECTION("a peer with another number of rails") {
+        builder server = rails_builder();
+        builder client;
+        client.exchange(endpoint_exchange::tcp).device(devices[0]);
+        listener l = server.listen(test::any_port());
+        CHECK_THROWS_WITH(sync_wait(client.connect(l.address())),
+                          Catch::Contains("the peer has 2 rail(s) and this side 1") &&
+                              Catch::Contains("give both sides as many rails"));
+    }
+}
+
+TEST_CASE("a connection over two rails stripes large writes and reads, every byte right", "[rails]") {
+    builder server_side = rails_builder();
+    builder client_side = rails_builder();
+    client_side.stripe_threshold(64 << 10);
+    listener l = server_side.listen(test::any_port());
+    auto [server, client] = sync_wait(when_all(l.accept(), client_side.connect(l.address())));
+
+    std::vector<rail_info> before = client.rails();
+    REQUIRE(before.size() == 2);
+    CHECK(before[0].device == rail_devices()[0]);
+    CHECK(before[1].device == rail_devices()[1]);
+    CHECK(before[0].up);
+    CHECK(before[1].up);
+    CHECK(before[1].qp_num != before[0].qp_num);
+    REQUIRE(server.rails().size() == 2);
+
+    constexpr std::size_t size = 16 << 20;
+    local_mr target = server_side.pool()->allocate(size);
+    std::memset(target.data(), 0, size);
+    // The server's region, with its key on each rail, travels as bytes.
+    remote_slice where = target.remote();
+    CHECK(where.rails == 2);
+    CHECK(where.rail_rkeys[0] != 0);
+
+    local_mr source = client_side.pool()->allocate(size);
+    fill(source, 7);
+    local_mr back = client_side.pool()->allocate(size);
+    std::memset(back.data(), 0, size);
+
+    // Large: striped. 16 writes of 1 MiB and one of the whole region, then
+    // the whole region read back.
+    sync_wait([&]() -> task<void> {
+        for (std::size_t off = 0; off < size; off += 1 << 20)
+            co_await client.write(source.slice(off, 1 << 20), where.slice(off, 1 << 20));
+        co_await client.write(source, where);
+        co_await client.read(back, where);
+    }());
+    CHECK(first_difference(target, source) == -1);
+    CHECK(first_difference(back, source) == -1);
+
+    std::vector<rail_info> after = client.rails();
+    REQUIRE(after.size() == 2);
+    // Each striped operation put one piece on each rail.
+    auto writes = [](const rail_info& r) { return r.counters[operation_kind::write].completed; };
+    auto reads = [](const rail_info& r) { return r.counters[operation_kind::read].completed; };
+    CHECK(writes(after[1]) - writes(before[1]) == 17);
+    CHECK(writes(after[0]) - writes(before[0]) == 17);
+    CHECK(reads(after[1]) - reads(before[1]) == 1);
+    CHECK(reads(after[0]) - reads(before[0]) == 1);
+    CHECK(after[1].counters[operation_kind::write].bytes + after[0].counters[operation_kind::write].bytes -
+              before[1].counters[operation_kind::write].bytes - before[0].counters[operation_kind::write].bytes ==
+          2 * size);
+
+    // Small: rail 0 only.
+    fill(source, 9);
+    sync_wait([&]() -> task<void> { co_await client.write(source.slice(0, 4096), where.slice(0, 4096)); }());
+    std::vector<rail_info> small = client.rails();
+    CHECK(writes(small[1]) == writes(after[1]));
+    CHECK(writes(small[0]) == writes(after[0]) + 1);
+    CHECK(std::memcmp(target.data(), source.data(), 4096) == 0);
+
+    // A region the peer made by hand (one key): rail 0 only, whole.
+    remote_slice by_hand{where.address, where.length, where.rkey, where.access};
+    sync_wait([&]() -> task<void> { co_await client.write(source, by_hand); }());
+    CHECK(first_difference(target, source) == -1);
+    CHECK(writes(client.rails()[1]) == writes(after[1]));
+
+    // Messages still flow on rail 0.
+    local_mr hello = client_side.pool()->allocate(16);
+    std::memcpy(hello.data(), "over rail 0", 12);
+    local_mr got = server_side.pool()->allocate(16);
+    sync_wait(when_all(server.recv(got), client.send(hello.slice(0, 12))));
+    CHECK(std::memcmp(got.data(), "over rail 0", 12) == 0);
+
+    // Closing the connection closes both rails.
+    client.shut_down();
+    std::vector<rail_info> closed = client.rails();
+    CHECK_FALSE(closed[0].up);
+    CHECK_FALSE(closed[1].up);
+}
