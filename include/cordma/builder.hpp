@@ -230,7 +230,10 @@ public:
     /// builder's device (device() must be unset or the same); each
     /// connection gets a queue pair on every rail, joined in one
     /// handshake, and its large writes and reads are striped over them
-    /// (stripe_threshold). Both peers must name as many rails. For now
+    /// (stripe_threshold): an operation started while a striped one runs
+    /// may reach the peer before the striped one's pieces on other rails,
+    /// so await it before the message that announces it
+    /// (docs/rails.md). Both peers must name as many rails. For now
     /// over the TCP endpoint exchange only (connect and listen refuse
     /// rdma_cm by name), without the agent's grants on rails 1.. and
     /// without shared_receives. Fixed once the shared pieces exist.

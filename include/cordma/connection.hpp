@@ -64,6 +64,7 @@
 #include <span>
 #include <stop_token>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include <cordma/agent_call.hpp>

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace cordma {
 
@@ -52,6 +53,8 @@ struct CORDMA_API remote_slice {
     /// Field by field, access included.
     friend bool operator==(const remote_slice&, const remote_slice&) = default;
 };
+
+static_assert(std::is_trivially_copyable_v<remote_slice>, "a remote_slice travels between processes as bytes");
 
 /// "remote_slice{address=0x7f.., length=4096, rkey=0x1234}"
 CORDMA_API std::string to_string(const remote_slice& region);

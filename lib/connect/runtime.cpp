@@ -77,8 +77,12 @@ const std::shared_ptr<device_context>& runtime::rail_device(std::size_t index) c
     return index == 0 ? event_listener->device() : rails[index - 1].device;
 }
 
-std::shared_ptr<queue_pair> runtime::create_rail_qp(std::size_t index, const qp_capacity& capacity) {
+std::shared_ptr<queue_pair> runtime::create_rail_qp(std::size_t index, const qp_capacity& requested) {
     rail& r = rails.at(index - 1);
+    // Only writes and reads go on rails 1..: no receive queue.
+    qp_capacity capacity = requested;
+    capacity.max_recv_wr = 0;
+    capacity.max_recv_sge = 0;
     cq_room room{.rail = index, .send_entries = static_cast<int>(capacity.max_send_wr),
                  .recv_entries = static_cast<int>(capacity.max_recv_wr)};
     auto send_cq = r.send_cqs->take(room.send_entries);

@@ -69,7 +69,8 @@ struct runtime : std::enable_shared_from_this<runtime> {
     std::shared_ptr<queue_pair> create_qp(const qp_capacity& capacity,
                                           std::shared_ptr<shared_receive_state> srq = nullptr);
     /// Event listener thread. An RC QP on rail `index` (1..rails.size()):
-    /// that device's PD and CQs.
+    /// that device's PD and CQs, `capacity`'s send queue and no receive
+    /// queue (rails 1.. carry only writes and reads).
     std::shared_ptr<queue_pair> create_rail_qp(std::size_t index, const qp_capacity& capacity);
     /// The device of rail `index` (0: the event listener's).
     const std::shared_ptr<device_context>& rail_device(std::size_t index) const noexcept;

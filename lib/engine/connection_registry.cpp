@@ -26,14 +26,15 @@ void connection_registry::remove(const connection_state* state) noexcept {
 }
 
 void connection_registry::note_broken(const connection_state* state, const std::string& why,
-                                      disconnect_cause cause) {
+                                      disconnect_cause cause, bool counted) {
     std::lock_guard lock(mutex_);
     for (entry& e : live_)
         if (e.state == state && !e.broken) {
             e.broken = true;
             e.reason = why;
             e.cause = cause;
-            ++disconnects_[static_cast<std::size_t>(cause)];
+            if (counted)
+                ++disconnects_[static_cast<std::size_t>(cause)];
         }
 }
 

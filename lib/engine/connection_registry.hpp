@@ -35,8 +35,10 @@ public:
     /// Its final counts go into the closed totals.
     void remove(const connection_state* state) noexcept;
     /// `state` broke, for `why` (kept for the snapshot, and counted by
-    /// `cause` the first time; any thread).
-    void note_broken(const connection_state* state, const std::string& why, disconnect_cause cause);
+    /// `cause` the first time unless `counted` is false: a rail's queue
+    /// pair failing is not the connection ending; any thread).
+    void note_broken(const connection_state* state, const std::string& why, disconnect_cause cause,
+                     bool counted = true);
     /// A shared receive queue of the listener's, from its construction to
     /// its destruction (any thread): listed in snapshots, its final counts
     /// then in the closed totals.

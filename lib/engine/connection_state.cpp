@@ -131,7 +131,7 @@ void connection_state::mark_broken(const std::string& why, disconnect_cause caus
     if (closing_here)
         cause = disconnect_cause::closed_here;
     try {
-        event_listener_access::connections(*event_listener_).note_broken(this, why, cause);
+        event_listener_access::connections(*event_listener_).note_broken(this, why, cause, rail_ == 0);
     } catch (...) {  // the snapshot shows it up a while longer; the connection still breaks
     }
     detail::logf(log_level::info, "cordma: connection to %s (QP %u) ended: %s", peer_.c_str(), qp_->qp_num(),

@@ -2,6 +2,9 @@
 // devices in RXE_VM_RAIL_DEVICES or CORDMA_TEST_RAILS), for the faults
 // suite's rails test (tests/faults/faults.sh rails):
 //
+// Both take --rails N: only the first N devices (1: no builder::rails, the
+// baseline a striped transfer's rate is compared with).
+//
 //   rails_peer serve ADDR:PORT BYTES [--clients N]
 //       accepts N clients (default 1), one after another, gives each a
 //       region of BYTES (its key on every rail), and once told, checks
@@ -59,7 +62,7 @@ long long first_wrong(const std::byte* bytes, std::size_t size) {
     return -1;
 }
 
-builder rails_builder() {
+builder rails_builder(std::size_t count) {
     const char* names = std::getenv("CORDMA_TEST_RAILS");
     if (names == nullptr)
         names = std::getenv("RXE_VM_RAIL_DEVICES");
@@ -67,11 +70,17 @@ builder rails_builder() {
     std::vector<std::string> devices;
     for (std::string name; in >> name;)
         devices.push_back(name);
-    if (devices.size() < 2)
+    if (count != 0)
+        devices.resize(std::min(devices.size(), count));
+    if (devices.empty() || (count != 1 && devices.size() < 2))
         throw std::runtime_error("rails_peer needs two devices or more: run under tools/rxe-vm --rails 2, or set "
                                  "CORDMA_TEST_RAILS");
     builder b;
-    b.exchange(endpoint_exchange::tcp).rails(devices).connect_timeout(std::chrono::seconds(60));
+    b.exchange(endpoint_exchange::tcp).connect_timeout(std::chrono::seconds(60));
+    if (devices.size() == 1)
+        b.device(devices.front());  // one rail: the comparison's baseline
+    else
+        b.rails(devices);
     return b;
 }
 
@@ -114,8 +123,8 @@ int serve_one(builder& b, listener& l, std::size_t size) {
     return rc;
 }
 
-int serve(const std::string& address, std::size_t size, int clients) {
-    builder b = rails_builder();
+int serve(const std::string& address, std::size_t size, int clients, std::size_t rails) {
+    builder b = rails_builder(rails);
     listener l = b.listen(address);
     std::printf("rails_peer serve: listening on %s\n", l.address().c_str());
     std::fflush(stdout);
@@ -133,17 +142,21 @@ struct write_options {
     int expect_down = -1;
     int allow_down = -1;
     int clients = 1;
+    std::size_t rails = 0;  // 0: every device given
 };
 
 int write(const std::string& address, std::size_t size, const write_options& o) {
-    builder b = rails_builder();
-    connection c = sync_wait(b.connect(address));
+    builder b = rails_builder(o.rails);
+    // Filled before connecting: the server sends its region's description
+    // at once, and a receive not posted within its receiver-not-ready
+    // retries (about 4 s) would fail it.
     local_mr source = b.pool()->allocate(size, 4096);
     for (std::size_t i = 0; i < size; ++i)
         source.data()[i] = pattern(i);
     local_mr back = b.pool()->allocate(size, 4096);
     std::memset(back.data(), 0, size);
     local_mr message = b.pool()->allocate(sizeof(remote_slice));
+    connection c = sync_wait(b.connect(address));
     long long longest_ms = 0;
     long long answer = 0;
     std::vector<rail_info> rails;  // as the transfer ended, before the server closes
@@ -248,6 +261,8 @@ int main(int argc, char** argv) try {
             o.after = value();
         else if (arg == "--stall-limit")
             o.stall_limit_ms = std::atoll(value().c_str());
+        else if (arg == "--rails")
+            o.rails = std::strtoull(value().c_str(), nullptr, 0);
         else if (arg == "--clients")
             o.clients = std::atoi(value().c_str());
         else if (arg == "--allow-down")
@@ -260,7 +275,7 @@ int main(int argc, char** argv) try {
     if (size == 0 || o.chunk == 0)
         throw std::invalid_argument("BYTES and --chunk must be positive");
     if (mode == "serve")
-        return serve(address, size, o.clients);
+        return serve(address, size, o.clients, o.rails);
     if (mode == "write")
         return write(address, size, o);
     std::fprintf(stderr, "rails_peer: unknown mode '%s'\n", mode.c_str());
