@@ -91,6 +91,20 @@ TEST_CASE("rails are refused by name where they cannot apply", "[rails]") {
         CHECK_THROWS_WITH(b.listen(test::any_port()), Catch::Contains("builder::device(\"" + devices[1] +
                                                                       "\") with builder::rails"));
     }
+    SECTION("a device that is not there, named as its rail") {
+        builder b;
+        b.exchange(endpoint_exchange::tcp).rails({devices[0], "cordma_no_such_device"});
+        CHECK_THROWS_WITH(b.listen(test::any_port()), Catch::Contains("builder::rails: rail 1") &&
+                                                          Catch::Contains("cordma_no_such_device"));
+    }
+    SECTION("connection_settings::rails set directly, checked as builder::rails checks it") {
+        connection_settings settings;
+        settings.exchange = endpoint_exchange::tcp;
+        settings.rails = {devices[0], devices[0]};
+        builder b(settings);
+        CHECK_THROWS_WITH(b.listen(test::any_port()), Catch::Contains("connection_settings::rails") &&
+                                                          Catch::Contains("is named twice"));
+    }
     SECTION("a peer with another number of rails") {
         builder server = rails_builder();
         builder client;

@@ -74,16 +74,7 @@ builder& builder::rails(std::vector<std::string> devices) {
             text += (i ? ", \"" : "\"") + devices[i] + "\"";
         return text + "})";
     };
-    if (devices.size() < 2 || devices.size() > max_rails)
-        throw std::invalid_argument(call() + ": give 2 to " + std::to_string(max_rails) +
-                                    " device names, rail 0 first (one rail is builder::device)");
-    for (std::size_t i = 0; i < devices.size(); ++i) {
-        if (devices[i].empty())
-            throw std::invalid_argument(call() + ": rail " + std::to_string(i) + " names no device");
-        for (std::size_t j = 0; j < i; ++j)
-            if (devices[j] == devices[i])
-                throw std::invalid_argument(call() + ": " + devices[i] + " is named twice; each rail is its own device");
-    }
+    detail::check_rail_names(devices, call());
     settings_.rails = std::move(devices);
     return *this;
 }

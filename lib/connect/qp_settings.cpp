@@ -174,6 +174,19 @@ int local_gid_index(const device_context& device, std::uint8_t port, const socka
 
 }  // namespace
 
+void check_rail_names(const std::vector<std::string>& devices, const std::string& call) {
+    if (devices.size() < 2 || devices.size() > max_rails)
+        throw std::invalid_argument(call + ": give 2 to " + std::to_string(max_rails) +
+                                    " device names, rail 0 first (one rail is builder::device)");
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        if (devices[i].empty())
+            throw std::invalid_argument(call + ": rail " + std::to_string(i) + " names no device");
+        for (std::size_t j = 0; j < i; ++j)
+            if (devices[j] == devices[i])
+                throw std::invalid_argument(call + ": " + devices[i] + " is named twice; each rail is its own device");
+    }
+}
+
 void check_handshake_settings(const connection_settings& s, handshake_side side) {
     const char* call = side == handshake_side::connecting ? "connect" : "listen";
     if (s.with_agent && !s.private_data.empty())

@@ -34,6 +34,10 @@ qp_connect_options qp_options(const connection_settings& settings, const device_
 
 enum class handshake_side { connecting, accepting };
 
+/// Throws std::invalid_argument naming `call` (builder::rails(...)) unless
+/// `devices` are 2 to max_rails distinct, non-empty device names.
+void check_rail_names(const std::vector<std::string>& devices, const std::string& call);
+
 /// Refuses, by name, the settings of the handshake itself that cannot
 /// apply, for either transport: builder::private_data with the agent on
 /// (cordma's hello fills the private data) or longer than `side` can carry

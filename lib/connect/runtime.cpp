@@ -1,6 +1,9 @@
 #include "connect/runtime.hpp"
 
+#include <cordma/error.hpp>
+
 #include "agent/agent_ledger.hpp"
+#include "connect/qp_settings.hpp"
 #include "engine/metrics_endpoint_share.hpp"
 #include "engine/shared_receive_state.hpp"
 
@@ -35,14 +38,25 @@ std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
         throw std::invalid_argument("builder::device(\"" + settings.device + "\") with builder::rails: rail 0 is the "
                                     "builder's device, and rails name \"" + settings.rails.front() +
                                     "\" first; drop builder::device or name it first in builder::rails");
+    if (!settings.rails.empty())
+        check_rail_names(settings.rails, "connection_settings::rails");
+    // A rail's device that cannot be opened is named as the rail it is.
+    auto open_rail = [&](std::size_t index) {
+        try {
+            return device_context::open(settings.rails[index]);
+        } catch (const verbs_error& e) {
+            throw verbs_error(e.code(), "builder::rails: rail " + std::to_string(index) + ": " + e.what());
+        }
+    };
     auto rt = std::make_shared<runtime>();
-    const std::string& first = settings.rails.empty() ? settings.device : settings.rails.front();
-    rt->event_listener = event_listener::start(device_context::open(first), {.mode = settings.polling});
+    rt->event_listener = event_listener::start(settings.rails.empty() ? device_context::open(settings.device)
+                                                                      : open_rail(0),
+                                               {.mode = settings.polling});
     rt->pd = protection_domain::create(rt->event_listener->device());
     std::vector<std::shared_ptr<protection_domain>> pds{rt->pd};
     for (std::size_t i = 1; i < settings.rails.size(); ++i) {
         runtime::rail r;
-        r.device = device_context::open(settings.rails[i]);
+        r.device = open_rail(i);
         if (r.device->first_active_port() == 0)
             throw std::invalid_argument("builder::rails: rail " + std::to_string(i) + "'s device " +
                                         settings.rails[i] + " has no ACTIVE port");
