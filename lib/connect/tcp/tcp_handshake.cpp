@@ -65,16 +65,13 @@ task<std::shared_ptr<queue_pair>> exchange_rail(runtime& rt, const connection_se
                                                 std::size_t rail, const std::string& who,
                                                 std::chrono::milliseconds limit) {
     const auto& device = rt.rail_device(rail);
-    // builder::port and gid_index are rail 0's: another device has ports
-    // and GIDs of its own, and its first active port's first usable GID
-    // serves.
-    connection_settings rail_settings;
-    rail_settings.path_mtu = settings.path_mtu;
-    rail_settings.timeout = settings.timeout;
-    rail_settings.retry_count = settings.retry_count;
-    rail_settings.rnr_retry = settings.rnr_retry;
-    rail_settings.min_rnr_timer = settings.min_rnr_timer;
-    rail_settings.remote_access = settings.remote_access;
+    // Every QP setting applies to the rail as to rail 0, except
+    // builder::port and gid_index, which are rail 0's: another device has
+    // ports and GIDs of its own, and its first active port's first usable
+    // GID serves.
+    connection_settings rail_settings = settings;
+    rail_settings.port = 0;
+    rail_settings.gid_index = -1;
     qp_connect_options options = qp_options(rail_settings, *device, nullptr, 0, qp_role::data);
     auto qp = rt.create_rail_qp(rail, settings.capacity);
     ibv_mtu mtu = std::min(options.mtu, device->query_port(options.port).active_mtu);
