@@ -1,15 +1,18 @@
 // One connection over two devices (builder::rails): both rails joined in
 // one handshake over the TCP endpoint exchange, large writes and reads cut
 // into a piece per rail and every byte checked, small ones on rail 0, and
-// every way to set rails up wrongly refused by name. Needs two devices:
+// every way to set rails up wrongly refused by name, and a failed rail
+// admitted again on new queue pairs. Needs two devices:
 // tools/rxe-vm --rails 2 (rxe0 and rxe1, as tools/run-tests boots it), or
 // CORDMA_TEST_RAILS="dev0 dev1" on a host with two.
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -22,6 +25,9 @@
 #include <cordma/task.hpp>
 #include <cordma/when_all.hpp>
 
+#include "engine/connection_state.hpp"
+#include "engine/rail_stripes.hpp"
+#include "engine/run_and_wait.hpp"
 #include "support/rxe_device.hpp"
 
 using namespace cordma;
@@ -257,4 +263,100 @@ TEST_CASE("a striped write cancelled while its pieces run or wait gives them bac
     CHECK(rail1_bytes() - before == 5 * size / 2);
     CHECK(first_difference(target, source) == -1);
     CHECK_FALSE(client.is_broken());
+}
+
+namespace {
+
+/// Rail `rail` of `conn`, as its stripes hold it (white box: its generation).
+std::uint32_t generation_of(const connection& conn, std::uint8_t rail) {
+    std::uint32_t out = 0;
+    const auto& state = detail::connection_access::state(conn);
+    detail::run_and_wait(*state->event_listener(), [&] { out = state->stripes()->generation(rail); });
+    return out;
+}
+
+/// Polls (this thread; the event listener's runs the rails) until `done`,
+/// failing the test after `limit`.
+template <class F>
+void wait_until(F&& done, std::chrono::seconds limit, const char* what) {
+    auto t0 = std::chrono::steady_clock::now();
+    while (!done()) {
+        if (std::chrono::steady_clock::now() - t0 > limit)
+            FAIL("not within " << limit.count() << " s: " << what);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a failed rail is admitted again on new queue pairs and carries its share again", "[rails]") {
+    builder server_side = rails_builder();
+    builder client_side = rails_builder();
+    client_side.stripe_threshold(64 << 10);
+    listener l = server_side.listen(test::any_port());
+    auto [server, client] = sync_wait(when_all(l.accept(), client_side.connect(l.address())));
+
+    constexpr std::size_t size = 1 << 20;  // striped from 64 KiB; small, as the sanitizers check every byte
+    local_mr target = server_side.pool()->allocate(size);
+    std::memset(target.data(), 0, size);
+    remote_slice where = target.remote();
+    local_mr source = client_side.pool()->allocate(size);
+    local_mr back = client_side.pool()->allocate(size);
+    auto writes = [](const connection& c) { return c.rails()[1].counters[operation_kind::write].completed; };
+    const std::uint32_t client_qp = client.rails()[1].qp_num;
+    const std::uint32_t server_qp = server.rails()[1].qp_num;
+
+    // The rail fails on one side (as its link going down would show there);
+    // the other hears it over the exchange socket and takes its end down.
+    bool on_client = GENERATE(true, false);
+    INFO((on_client ? "rail 1 failed on the client's side" : "rail 1 failed on the listener's side"));
+    fill(source, 3);
+    connection& failing = on_client ? client : server;
+    const auto& state = detail::connection_access::state(failing);
+    bool shut = false;
+    detail::run_and_wait(*state->event_listener(),
+                         [&] { shut = state->stripes()->shut_down_rail(1, 0, "rail 1 taken down by the test"); });
+    REQUIRE(shut);
+    // No generation but the current one takes a rail down.
+    detail::run_and_wait(*state->event_listener(), [&] { shut = state->stripes()->shut_down_rail(1, 7, "stale"); });
+    CHECK_FALSE(shut);
+    CHECK_FALSE(failing.rails()[1].up);
+    CHECK(failing.rails()[1].why_down == "rail 1 taken down by the test");
+    CHECK(failing.rails()[0].up);
+
+    // Meanwhile a large write goes whole on rail 0 (or, if the rail is
+    // back already, striped), every byte right.
+    std::uint64_t rail1_before = writes(client);
+    sync_wait([&]() -> task<void> { co_await client.write(source, where); }());
+    CHECK(first_difference(target, source) == -1);
+    if (on_client && client.rails()[1].qp_num == client_qp)  // the failed QP: no piece went on it
+        CHECK(writes(client) == rail1_before);
+
+    // Back after the hold-down (1 s) and a probe, on new QPs, on both sides.
+    wait_until([&] { return client.rails()[1].up && client.rails()[1].qp_num != client_qp; }, std::chrono::seconds(20),
+               "the client's rail 1 back on a new queue pair");
+    wait_until([&] { return server.rails()[1].up && server.rails()[1].qp_num != server_qp; }, std::chrono::seconds(20),
+               "the listener's rail 1 back on a new queue pair");
+    CHECK(generation_of(client, 1) == 1);
+    CHECK(generation_of(server, 1) == 1);
+    CHECK(client.rails()[1].why_down.empty());
+
+    // It carries its share again: one piece of each striped operation.
+    fill(source, 5);
+    std::memset(back.data(), 0, size);
+    rail_info back_up = client.rails()[1];
+    sync_wait([&]() -> task<void> {
+        co_await client.write(source, where);
+        co_await client.read(back, where);
+    }());
+    CHECK(first_difference(target, source) == -1);
+    CHECK(first_difference(back, source) == -1);
+    rail_info now = client.rails()[1];
+    CHECK(now.qp_num == back_up.qp_num);
+    CHECK(now.counters[operation_kind::write].completed - back_up.counters[operation_kind::write].completed == 1);
+    CHECK(now.counters[operation_kind::read].completed - back_up.counters[operation_kind::read].completed == 1);
+    CHECK(now.counters[operation_kind::write].bytes - back_up.counters[operation_kind::write].bytes == size / 2);
+
+    client.shut_down();
+    CHECK_FALSE(client.rails()[1].up);
 }

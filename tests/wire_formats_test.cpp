@@ -17,6 +17,7 @@
 
 #include "connect/rdma_cm/cm_hello.hpp"
 #include "connect/tcp/endpoint_message.hpp"
+#include "connect/tcp/rail_message.hpp"
 #include "rpc/rpc_wire.hpp"
 #include "wire/byte_codec.hpp"
 
@@ -117,6 +118,61 @@ TEST_CASE("a TCP endpoint message carries its sender's number of rails", "[wire]
         CHECK(got.rails == rails);
         CHECK(got.agent == sent.agent);
     }
+}
+
+TEST_CASE("a rail message round-trips, and each rejected field is named", "[wire]") {
+    ibv_gid gid{};
+    gid.raw[15] = 9;
+    detail::rail_message sent;
+    sent.what = detail::rail_kind::answer;
+    sent.rail = 2;
+    sent.generation = 0x01020304;
+    sent.endpoint = detail::endpoint_message{{.qpn = 0x4455, .psn = 0x77, .gid = gid, .lid = 0}, IBV_MTU_1024};
+    sent.endpoint.rails = 3;
+    sent.probe_address = 0x1122334455667788ull;
+    sent.probe_rkey = 0xaabbccdd;
+    auto bytes = detail::encode_rail_message(sent);
+    CHECK(bytes.size() == 64);
+    CHECK(std::memcmp(bytes.data(), "LDRC", 4) == 0);  // 0x4352444c, little-endian
+    CHECK(bytes[4] == 3);
+    CHECK(bytes[5] == 2);
+    CHECK(bytes[8] == 0x04);
+    CHECK(bytes[12] == 'M');  // the endpoint message's own magic at offset 12
+    CHECK(bytes[48] == 0x88);
+    CHECK(bytes[56] == 0xdd);
+    auto got = detail::decode_rail_message(bytes, 3);
+    CHECK(got.what == detail::rail_kind::answer);
+    CHECK(got.rail == 2);
+    CHECK(got.generation == 0x01020304);
+    CHECK(got.endpoint.endpoint.qpn == 0x4455);
+    CHECK(got.endpoint.mtu == IBV_MTU_1024);
+    CHECK(got.endpoint.rails == 3);
+    CHECK(got.probe_address == sent.probe_address);
+    CHECK(got.probe_rkey == sent.probe_rkey);
+
+    // A down carries no endpoint: its 36 bytes are zero and not decoded.
+    detail::rail_message down;
+    down.what = detail::rail_kind::down;
+    down.rail = 1;
+    down.generation = 7;
+    auto down_bytes = detail::encode_rail_message(down);
+    CHECK(std::all_of(down_bytes.begin() + 12, down_bytes.begin() + 48, [](std::uint8_t b) { return b == 0; }));
+    CHECK(detail::decode_rail_message(down_bytes, 2).generation == 7);
+
+    using Catch::Matchers::Contains;
+    auto broken = [&](auto change) {
+        auto copy = bytes;
+        change(copy);
+        return copy;
+    };
+    CHECK_THROWS_WITH(detail::decode_rail_message(broken([](auto& m) { m[0] = 'X'; }), 3), Contains("'magic'"));
+    CHECK_THROWS_WITH(detail::decode_rail_message(broken([](auto& m) { m[4] = 0; }), 3), Contains("'kind'"));
+    CHECK_THROWS_WITH(detail::decode_rail_message(broken([](auto& m) { m[4] = 5; }), 3), Contains("'kind'"));
+    CHECK_THROWS_WITH(detail::decode_rail_message(broken([](auto& m) { m[5] = 0; }), 3), Contains("'rail' is 0"));
+    // Rail 2 of a connection with two rails (0 and 1) does not exist.
+    CHECK_THROWS_WITH(detail::decode_rail_message(bytes, 2), Contains("'rail' is 2"));
+    CHECK_THROWS_WITH(detail::decode_rail_message(broken([](auto& m) { m[12] = 'X'; }), 3), Contains("'magic'"));
+    CHECK_THROWS_AS(detail::decode_rail_message(broken([](auto& m) { m[44] = 0; }), 3), std::invalid_argument);
 }
 
 TEST_CASE("a TCP endpoint message without an agent carries its private data's length", "[wire]") {

@@ -143,6 +143,8 @@ void connection_state::mark_broken(const std::string& why, disconnect_cause caus
         receive_queue->on_broken();
     if (shared_receives_ != nullptr)
         shared_receives_->on_broken(qp_->qp_num(), peer_, why);
+    if (rail_owner != nullptr)
+        rail_owner->rail_broken(*this);
 }
 
 void connection_state::fail_waiters() noexcept {

@@ -179,6 +179,10 @@ public:
     void attach_rails(std::vector<std::shared_ptr<connection_state>> rails, std::size_t threshold);
     /// The rails and their stripes, or null (one rail).
     const rail_stripes* stripes() const noexcept { return stripes_.get(); }
+    rail_stripes* stripes() noexcept { return stripes_.get(); }
+    /// This state is a rail 1.. of that connection's stripes, which hear
+    /// when it breaks (set and cleared by rail_stripes).
+    rail_stripes* rail_owner = nullptr;
 
 private:
     static void on_complete(completion_target* target, const ibv_wc& wc) noexcept;

@@ -5,6 +5,7 @@
 #include <cordma/error.hpp>
 
 #include "engine/connection_state.hpp"
+#include "engine/transport.hpp"
 #include "log/logf.hpp"
 
 namespace cordma::detail {
@@ -40,9 +41,15 @@ rail_stripes::rail_stripes(connection_state& primary, std::vector<std::shared_pt
         pieces_[i].owner = this;
         give_back(&pieces_[i]);
     }
+    for (auto& rail : rails_)
+        rail->rail_owner = this;
 }
 
-rail_stripes::~rail_stripes() = default;
+rail_stripes::~rail_stripes() {
+    // A rail's state may outlive us while its flushed requests come back.
+    for (auto& rail : rails_)
+        rail->rail_owner = nullptr;
+}
 
 connection_state& rail_stripes::state_of(std::uint8_t rail) const noexcept {
     return rail == 0 ? primary_ : *rails_[rail - 1];
@@ -258,6 +265,39 @@ void rail_stripes::abandon(operation_base* op) noexcept {
 void rail_stripes::shut_down(const std::string& why) noexcept {
     for (auto& rail : rails_)
         rail->shut_down(why);
+}
+
+bool rail_stripes::up(std::uint8_t rail) const noexcept { return !state_of(rail).broken(); }
+
+void rail_stripes::rail_broken(const connection_state& rail) noexcept {
+    std::uint8_t index = rail.rail();
+    if (index == 0 || index > rails_.size() || rails_[index - 1].get() != &rail || primary_.broken())
+        return;
+    announce_down(index);
+    if (const auto& transport = primary_.transport())
+        transport->rail_down(index, generation_[index]);
+}
+
+bool rail_stripes::shut_down_rail(std::uint8_t rail, std::uint32_t generation, const std::string& why) noexcept {
+    if (rail == 0 || rail > rails_.size() || generation_[rail] != generation)
+        return false;
+    rails_[rail - 1]->shut_down(why);
+    return true;
+}
+
+void rail_stripes::admit(std::uint8_t rail, std::shared_ptr<connection_state> state,
+                         std::uint32_t generation) noexcept {
+    std::shared_ptr<connection_state> old = std::move(rails_[rail - 1]);
+    old->rail_owner = nullptr;
+    state->rail_owner = this;
+    rails_[rail - 1] = std::move(state);
+    generation_[rail] = generation;
+    announced_[rail] = false;
+    logf(log_level::info, "cordma: rail %u (%s, QP %u) of the connection to %s is back (admitted again, time %u)",
+         static_cast<unsigned>(rail), rails_[rail - 1]->qp()->pd()->device()->name().c_str(),
+         rails_[rail - 1]->qp()->qp_num(), primary_.peer().c_str(), static_cast<unsigned>(generation));
+    // Paired with a QP the peer has replaced: its pieces, if any, move.
+    old->shut_down("rail " + std::to_string(rail) + " was admitted again on a new queue pair");
 }
 
 }  // namespace cordma::detail

@@ -11,8 +11,9 @@
 /// registered on the rails, the operation goes on rail 0 whole. A piece
 /// whose rail fails (its completion a retry or flush error, the rail's
 /// state broken) is started again on another live rail: writes and reads
-/// are idempotent, so doing one twice leaves the same bytes. Loop thread
-/// only.
+/// are idempotent, so doing one twice leaves the same bytes. A rail that
+/// fails is reported to the connection's transport (transport::rail_down),
+/// which may later admit a new QP on it (admit). Loop thread only.
 
 #include <array>
 #include <atomic>
@@ -67,6 +68,25 @@ public:
     /// Rail 0 broke: every other rail goes too.
     void shut_down(const std::string& why) noexcept;
 
+    /// `rail`'s state broke (connection_state::mark_broken): if it is the
+    /// rail's current state and rail 0 lives on, the log says so once and
+    /// the transport hears it (transport::rail_down).
+    void rail_broken(const connection_state& rail) noexcept;
+    /// Shuts rail `rail` down with `why` if its current state is of
+    /// `generation` (the peer saw it fail); false if not (already
+    /// replaced, or no such rail).
+    bool shut_down_rail(std::uint8_t rail, std::uint32_t generation, const std::string& why) noexcept;
+    /// `state` (a QP on rail `rail`'s device, connected to the peer's new
+    /// QP there, its rail set) becomes rail `rail` as `generation`; the
+    /// state it replaces is shut down (its pieces move to the others).
+    void admit(std::uint8_t rail, std::shared_ptr<connection_state> state, std::uint32_t generation) noexcept;
+    /// How many times rail `rail` was admitted after its first QP (0: it
+    /// still runs on the QP the connection began with).
+    std::uint32_t generation(std::uint8_t rail) const noexcept { return generation_[rail]; }
+    /// Whether rail `rail`'s current state works.
+    bool up(std::uint8_t rail) const noexcept;
+    connection_state& primary() const noexcept { return primary_; }
+
     std::size_t threshold() const noexcept { return threshold_; }
     /// Rails 1..'s states.
     const std::vector<std::shared_ptr<connection_state>>& rails() const noexcept { return rails_; }
@@ -97,6 +117,7 @@ private:
     std::size_t in_flight_ = 0;
     std::shared_ptr<connection_state> keep_;
     std::array<bool, max_rails> announced_{};
+    std::array<std::uint32_t, max_rails> generation_{};
 };
 
 }  // namespace cordma::detail

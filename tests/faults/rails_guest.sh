@@ -2,7 +2,8 @@
 # (builder::rails) from host 2 to host 1, twice (tests/faults/faults.sh
 # rails): first with 5% of rail 1's packets lost (from host 2) for the
 # whole transfer, then with rail 1's link on host 2 taken down once 30% is
-# written. Env: BUILD, LIMIT_MS (the longest one operation may take).
+# written and brought back up at the end: rail 1 must come back (admitted
+# again on new queue pairs) and carry a further 32 MiB. Env: BUILD, LIMIT_MS (the longest one operation may take).
 set -u
 rp="$BUILD/tests/rails_peer"
 size=$((128 << 20))
@@ -16,6 +17,6 @@ case "$RXE_VM_HOST" in
     "$rp" write 10.78.0.1:7630 "$size" --fault-at 0 --fault 'tc qdisc add dev eth1 root netem loss 5%' \
       --after 'tc qdisc del dev eth1 root' --allow-down 1 || exit 1
     exec "$rp" write 10.78.0.1:7630 "$size" --fault-at 30 --fault 'ip link set eth1 down' \
-      --after 'ip link set eth1 up' --stall-limit "$LIMIT_MS" --expect-down 1 ;;
+      --after 'ip link set eth1 up' --stall-limit "$LIMIT_MS" --expect-down 1 --readmit 1 ;;
   *) echo "rails_guest.sh: nothing for host $RXE_VM_HOST" >&2; exit 2 ;;
 esac

@@ -23,6 +23,11 @@
 //       still up when the transfer ends, or another is down (except rail
 //       --allow-down's, which may be either). Every other rail must have
 //       carried writes.
+//       --readmit RAIL: once the transfer is checked, runs --after's CMD at
+//       once, waits (at most 60 s) until rail RAIL is up again (admitted
+//       again on new queue pairs), then writes and reads back the first
+//       --again bytes (default 32 MiB) once more: every byte checked, and
+//       rail RAIL must have carried writes since it came back.
 //
 // Prints each rail's state and counters. Connecting waits at most 60 s
 // (the other host may still be booting); a peer gone fails every
@@ -37,6 +42,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cordma/builder.hpp>
@@ -143,6 +149,8 @@ struct write_options {
     int allow_down = -1;
     int clients = 1;
     std::size_t rails = 0;  // 0: every device given
+    int readmit = -1;
+    std::size_t again = 32 << 20;
 };
 
 int write(const std::string& address, std::size_t size, const write_options& o) {
@@ -160,6 +168,10 @@ int write(const std::string& address, std::size_t size, const write_options& o) 
     long long longest_ms = 0;
     long long answer = 0;
     std::vector<rail_info> rails;  // as the transfer ended, before the server closes
+    std::vector<rail_info> back_rails;  // after --readmit's second pass
+    bool after_done = false;
+    long long readmit_ms = -1;
+    long long again_wrong = -1;
     auto began = clock_type::now();
     auto timed = [&](auto&& op) -> task<void> {
         auto t0 = clock_type::now();
@@ -167,9 +179,9 @@ int write(const std::string& address, std::size_t size, const write_options& o) 
         longest_ms = std::max<long long>(
             longest_ms, std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count());
     };
+    remote_slice where;
     sync_wait([&]() -> task<void> {
         co_await c.recv(message);
-        remote_slice where;
         std::memcpy(&where, message.data(), sizeof where);
         if (where.length != size)
             throw std::runtime_error("the server's region is " + std::to_string(where.length) + " bytes, not " +
@@ -191,6 +203,37 @@ int write(const std::string& address, std::size_t size, const write_options& o) 
             co_await timed(c.read(back.slice(off, n), where.slice(off, n)));
         }
         rails = c.rails();
+    }());
+    if (o.readmit >= 0) {
+        // Polled from this thread (the event listener's runs the rails).
+        after_done = true;
+        if (!o.after.empty() && std::system(o.after.c_str()) != 0)
+            throw std::runtime_error("the after command failed: " + o.after);
+        auto t0 = clock_type::now();
+        while (!c.rails().at(static_cast<std::size_t>(o.readmit)).up) {
+            if (clock_type::now() - t0 > std::chrono::seconds(60))
+                throw std::runtime_error("rail " + std::to_string(o.readmit) + " not up again 60 s after: " + o.after);
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        readmit_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
+        std::printf("rails_peer write: rail %d up again %lld ms after: %s\n", o.readmit, readmit_ms, o.after.c_str());
+        std::fflush(stdout);
+    }
+    sync_wait([&]() -> task<void> {
+        if (o.readmit >= 0) {
+            std::size_t again = std::min(o.again, size);
+            std::memset(back.data(), 0, again);
+            for (std::size_t off = 0; off < again; off += o.chunk) {
+                std::size_t n = std::min(o.chunk, again - off);
+                co_await timed(c.write(source.slice(off, n), where.slice(off, n)));
+            }
+            for (std::size_t off = 0; off < again; off += o.chunk) {
+                std::size_t n = std::min(o.chunk, again - off);
+                co_await timed(c.read(back.slice(off, n), where.slice(off, n)));
+            }
+            again_wrong = first_wrong(back.data(), again);
+            back_rails = c.rails();
+        }
         co_await c.send(message.slice(0, 1));
         co_await c.recv(message);
         std::memcpy(&answer, message.data(), sizeof answer);
@@ -213,7 +256,11 @@ int write(const std::string& address, std::size_t size, const write_options& o) 
                     o.stall_limit_ms);
         rc = 1;
     }
-    if (!o.after.empty() && std::system(o.after.c_str()) != 0) {
+    if (again_wrong >= 0) {
+        std::printf("rails_peer write: FAILED: byte %lld read back after the rail came back is wrong\n", again_wrong);
+        rc = 1;
+    }
+    if (!after_done && !o.after.empty() && std::system(o.after.c_str()) != 0) {
         std::printf("rails_peer write: FAILED: the after command failed: %s\n", o.after.c_str());
         rc = 1;
     }
@@ -227,6 +274,17 @@ int write(const std::string& address, std::size_t size, const write_options& o) 
         }
         if (static_cast<int>(i) != o.allow_down && rails[i].counters[operation_kind::write].completed == 0) {
             std::printf("rails_peer write: FAILED: rail %zu carried no write\n", i);
+            rc = 1;
+        }
+    }
+    if (o.readmit >= 0) {
+        print_rails("write (rail back)", back_rails);
+        const rail_info& r = back_rails.at(static_cast<std::size_t>(o.readmit));
+        if (!r.up || r.counters[operation_kind::write].completed == 0 || r.qp_num == rails.at(o.readmit).qp_num) {
+            std::printf("rails_peer write: FAILED: rail %d is %s on QP %u (was %u) and carried %llu writes since it "
+                        "came back\n",
+                        o.readmit, r.up ? "up" : "down", r.qp_num, rails.at(o.readmit).qp_num,
+                        static_cast<unsigned long long>(r.counters[operation_kind::write].completed));
             rc = 1;
         }
     }
@@ -267,6 +325,10 @@ int main(int argc, char** argv) try {
             o.clients = std::atoi(value().c_str());
         else if (arg == "--allow-down")
             o.allow_down = std::atoi(value().c_str());
+        else if (arg == "--readmit")
+            o.readmit = std::atoi(value().c_str());
+        else if (arg == "--again")
+            o.again = std::strtoull(value().c_str(), nullptr, 0);
         else if (arg == "--expect-down")
             o.expect_down = std::atoi(value().c_str());
         else

@@ -3,6 +3,8 @@
 #include <exception>
 
 #include <asio/buffer.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
 #include <asio/post.hpp>
 
 #include "engine/connection_state.hpp"
@@ -32,23 +34,68 @@ task<void> tcp_channel::close() {
     if (closing_)
         co_return;
     closing_ = true;
+    if (rejoin_)
+        rejoin_->stop();
     co_await on_io(*service_, *rt_->event_listener, io_, [](const std::shared_ptr<tcp_io>& io, io_done done) {
         io->close();
         done({});
     });
 }
 
+void tcp_channel::enable_rails(connection_settings settings, bool drives) {
+    rejoin_ = std::make_shared<rail_rejoin>(
+        rt_, std::move(settings), drives,
+        [service = service_, io = io_](const std::array<std::uint8_t, rail_message_size>& bytes) {
+            asio::post(service->context(), [io, bytes] {
+                io->outbox.push_back(bytes);
+                if (!io->writing)
+                    write_next(io);
+            });
+        });
+}
+
+void tcp_channel::rail_down(std::uint8_t rail, std::uint32_t generation) noexcept {
+    if (rejoin_ && !closing_)
+        rejoin_->rail_down(rail, generation);
+}
+
+void tcp_channel::write_next(std::shared_ptr<tcp_io> io) {
+    if (io->outbox.empty()) {
+        io->writing = false;
+        return;
+    }
+    io->writing = true;
+    auto* raw = io.get();
+    asio::async_write(raw->socket, asio::buffer(raw->outbox.front()),
+                      [io = std::move(io)](const asio::error_code& ec, std::size_t) {
+                          io->outbox.pop_front();
+                          if (ec) {
+                              // The watch sees the socket fail and ends the connection.
+                              io->outbox.clear();
+                              io->writing = false;
+                              return;
+                          }
+                          write_next(io);
+                      });
+}
+
 void tcp_channel::attach(std::weak_ptr<connection_state> state) {
     state_ = std::move(state);
+    if (rejoin_)
+        rejoin_->attach(state_);
     asio::post(service_->context(),
                [io = io_, el = rt_->event_listener.get(), self = weak_from_this()] { watch(io, el, self); });
 }
 
 void tcp_channel::watch(std::shared_ptr<tcp_io> io, event_listener* el, std::weak_ptr<tcp_channel> self) {
     auto* raw = io.get();
-    raw->socket.async_read_some(asio::buffer(&raw->stray, 1), [io = std::move(io), el, self](
-                                                                  const asio::error_code& ec, std::size_t) {
+    asio::async_read(raw->socket, asio::buffer(raw->inbox), [io = std::move(io), el, self](
+                                                                const asio::error_code& ec, std::size_t) {
         if (!ec) {
+            el->post([self, bytes = io->inbox] {
+                if (auto channel = self.lock())
+                    channel->on_message(bytes);
+            });
             watch(io, el, self);
             return;
         }
@@ -59,10 +106,26 @@ void tcp_channel::watch(std::shared_ptr<tcp_io> io, event_listener* el, std::wea
     });
 }
 
+void tcp_channel::on_message(const std::array<std::uint8_t, rail_message_size>& bytes) noexcept {
+    if (closing_)
+        return;
+    if (rejoin_) {
+        rejoin_->on_bytes(bytes);
+        return;
+    }
+    // Nothing may follow "ready" on a connection without rails.
+    if (auto state = state_.lock())
+        state->shut_down("peer " + peer_ + " sent bytes on the TCP exchange socket after it was ready, where a "
+                         "connection without rails has nothing to say",
+                         disconnect_cause::other);
+}
+
 void tcp_channel::peer_gone() noexcept {
     if (closing_)
         return;  // our own close
     closing_ = true;
+    if (rejoin_)
+        rejoin_->stop();
     if (auto state = state_.lock())
         state->shut_down("peer " + peer_ + " disconnected (TCP exchange socket closed)",
                             disconnect_cause::peer_closed);

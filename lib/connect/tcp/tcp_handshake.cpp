@@ -15,6 +15,7 @@
 #include "connect/backlog_refusal.hpp"
 #include "connect/qp_settings.hpp"
 #include "connect/tcp/endpoint_message.hpp"
+#include "connect/tcp/rail_rejoin.hpp"
 #include "connect/tcp/tcp_channel.hpp"
 #include "connect/tcp/tcp_io.hpp"
 #include "engine/connection_state.hpp"
@@ -65,19 +66,8 @@ task<std::shared_ptr<queue_pair>> exchange_rail(runtime& rt, const connection_se
                                                 std::size_t rail, const std::string& who,
                                                 std::chrono::milliseconds limit) {
     const auto& device = rt.rail_device(rail);
-    // Every QP setting applies to the rail as to rail 0, except
-    // builder::port and gid_index, which are rail 0's: another device has
-    // ports and GIDs of its own, and its first active port's first usable
-    // GID serves.
-    connection_settings rail_settings = settings;
-    rail_settings.port = 0;
-    rail_settings.gid_index = -1;
-    qp_connect_options options = qp_options(rail_settings, *device, nullptr, 0, qp_role::data);
-    auto qp = rt.create_rail_qp(rail, settings.capacity);
-    ibv_mtu mtu = std::min(options.mtu, device->query_port(options.port).active_mtu);
-    endpoint_message ours{qp->local_endpoint(options.port, options.gid_index), mtu, settings.with_agent};
-    ours.rails = static_cast<std::uint8_t>(rt.rail_count());
-    io->sent = encode_endpoint_message(ours);
+    rail_qp made = make_rail_qp(rt, settings, rail);
+    io->sent = encode_endpoint_message(made.ours);
     std::string step = "rail " + std::to_string(rail) + " (" + device->name() + ")";
     check(co_await on_io(service, el, io,
                          [](const std::shared_ptr<tcp_io>& io, io_done done) {
@@ -96,9 +86,9 @@ task<std::shared_ptr<queue_pair>> exchange_rail(runtime& rt, const connection_se
         throw handshake_error(make_error_code(errc::protocol_violation),
                               who + ": malformed endpoint message from the peer for " + step + ": " + e.what());
     }
-    options.mtu = std::min(mtu, remote.mtu);
-    qp->connect(remote.endpoint, options);
-    co_return qp;
+    made.options.mtu = std::min(made.ours.mtu, remote.mtu);
+    made.qp->connect(remote.endpoint, made.options);
+    co_return std::move(made.qp);
 }
 
 }  // namespace
@@ -218,6 +208,9 @@ task<connection> exchange_endpoints(std::shared_ptr<runtime> rt, connection_sett
     std::vector<std::shared_ptr<queue_pair>> rail_qps;
     for (std::size_t rail = 1; rail < rt->rail_count(); ++rail)
         rail_qps.push_back(co_await exchange_rail(*rt, settings, service, el, io, rail, who, limit));
+    // A failed rail is admitted again over this socket (rail_rejoin.hpp).
+    if (!rail_qps.empty())
+        channel->enable_rails(settings, connecting);
     options.mtu = std::min(mtu, remote.mtu);
     qp->connect(remote.endpoint, options);
 

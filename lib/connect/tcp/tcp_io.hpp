@@ -34,6 +34,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -51,6 +52,7 @@
 #include <cordma/event_listener.hpp>
 
 #include "connect/tcp/endpoint_message.hpp"
+#include "connect/tcp/rail_message.hpp"
 #include "connect/tcp/tcp_service.hpp"
 
 namespace cordma::detail {
@@ -81,7 +83,11 @@ struct tcp_io {
     std::vector<std::byte> private_received;
     std::uint8_t ready_sent = ready_byte;
     std::uint8_t ready_received = 0;
-    std::uint8_t stray = 0;
+    // After "ready" (rails only, rail_message.hpp): the message being read,
+    // and those waiting to be written, the first being written.
+    std::array<std::uint8_t, rail_message_size> inbox{};
+    std::deque<std::array<std::uint8_t, rail_message_size>> outbox;
+    bool writing = false;
 };
 
 socket_address address_of(const asio::ip::tcp::endpoint& endpoint);
