@@ -19,6 +19,11 @@
 // copied into a buffer of exactly 36 bytes, so that AddressSanitizer sees a
 // read past the message.
 //
+// The same bytes are also read as 64-byte rail messages (what follows
+// "ready" on a connection with rails: rail_message.hpp), with the same
+// demands: refused only with the field named, and re-encoded to the same
+// bytes when accepted.
+//
 // Built and run by fuzz/run-fuzz --target endpoint_message (the
 // `endpoint_message_fuzz` test).
 
@@ -36,6 +41,7 @@
 #include <string>
 
 #include "connect/tcp/endpoint_message.hpp"
+#include "connect/tcp/rail_message.hpp"
 
 namespace cd = cordma::detail;
 
@@ -81,10 +87,37 @@ void check(const std::uint8_t* bytes) {
         die("re-encoding the decoded message changed its bytes");
 }
 
+/// The same input read as what follows "ready" on a connection with rails:
+/// 64-byte rail messages (rail_message.hpp), for a connection of 4 rails.
+void check_rail(const std::uint8_t* bytes) {
+    auto exact = std::make_unique<std::uint8_t[]>(cd::rail_message_size);
+    std::memcpy(exact.get(), bytes, cd::rail_message_size);
+    std::span<const std::uint8_t, cd::rail_message_size> in(exact.get(), cd::rail_message_size);
+    cd::rail_message m;
+    try {
+        m = cd::decode_rail_message(in, 4);
+    } catch (const std::invalid_argument& e) {
+        if (std::strncmp(e.what(), "rail message field '", 20) != 0 && std::strncmp(e.what(), "field '", 7) != 0)
+            die("decode_rail_message refused a message without naming the field", e.what());
+        return;
+    } catch (const std::exception& e) {
+        die("decode_rail_message threw something other than std::invalid_argument", e.what());
+    }
+    if (m.rail < 1 || m.rail > 3)
+        die("decode_rail_message accepted a rail outside 1..3", std::to_string(m.rail));
+    if (m.what != cd::rail_kind::answer && (m.probe_address != 0 || m.probe_rkey != 0))
+        die("decode_rail_message accepted a probe word outside an answer");
+    auto out = cd::encode_rail_message(m);
+    if (std::memcmp(out.data(), exact.get(), cd::rail_message_size) != 0)
+        die("re-encoding the decoded rail message changed its bytes");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     for (std::size_t at = 0; size - at >= cd::endpoint_message_size; at += cd::endpoint_message_size)
         check(data + at);
+    for (std::size_t at = 0; size - at >= cd::rail_message_size; at += cd::rail_message_size)
+        check_rail(data + at);
     return 0;
 }

@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         die("decode accepted an unknown frame type or op",
             std::to_string(static_cast<int>(h->type)) + ", " + std::to_string(static_cast<int>(h->op)));
 
-    std::byte out[wire::header_size + wire::trace_size];
+    std::byte out[wire::max_header_size];
     if (wire::encode(*h, std::span<std::byte>(out)) != header)
         die("encode wrote a header of another length than header_length", wire::name(h->type));
     if (std::memcmp(out, data, header) != 0)

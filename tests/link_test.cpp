@@ -22,10 +22,10 @@ TEST_CASE("a link frame header round-trips, and decode refuses one with its rese
     namespace wire = detail::link_wire;
     std::string why;
     auto frame_of = [](const wire::header& h, std::size_t payload) {
-        std::vector<std::byte> bytes(wire::header_length(h.type) + payload, std::byte{0x5a});
-        std::byte head[wire::header_size];
+        std::vector<std::byte> bytes(wire::header_length(h) + payload, std::byte{0x5a});
+        std::byte head[wire::max_header_size];
         std::size_t n = wire::encode(h, head);
-        CHECK(n == wire::header_length(h.type));
+        CHECK(n == wire::header_length(h));
         std::copy_n(head, n, bytes.begin());
         return bytes;
     };
@@ -74,13 +74,57 @@ TEST_CASE("a link frame header round-trips, and decode refuses one with its rese
         CHECK_FALSE(wire::decode(b, why));
         CHECK_THAT(why, Catch::Contains("a data frame with its reserved bytes set"));
     }
-    for (std::size_t at : {6, 7, 44, 47}) {
+    // Over rails, an rts carries its memory's key on each rail 1.. after
+    // its header (and trace id).
+    {
+        wire::header railed = rts;
+        railed.rails = 3;
+        railed.rail_rkeys = {0x1111, 0x2222, 0};
+        auto railed_bytes = frame_of(railed, 0);
+        CHECK(railed_bytes.size() == 48 + 8);
+        CHECK(railed_bytes[44] == std::byte{2});
+        auto got = wire::decode(railed_bytes, why);
+        REQUIRE(got);
+        CHECK(got->rails == 3);
+        CHECK(got->rail_rkeys[0] == 0x1111);
+        CHECK(got->rail_rkeys[1] == 0x2222);
+        railed.trace = trace_id::random();
+        auto traced = frame_of(railed, 0);
+        CHECK(traced.size() == 48 + 16 + 8);
+        got = wire::decode(traced, why);
+        REQUIRE(got);
+        CHECK(got->trace == railed.trace);
+        CHECK(got->rail_rkeys[1] == 0x2222);
+        why.clear();
+        CHECK_FALSE(wire::decode(std::span(railed_bytes).first(52), why));  // one key of two
+        CHECK_THAT(why, Catch::Contains("naming 2 rail key(s)"));
+    }
+    for (std::size_t at : {6, 7}) {
         INFO("reserved byte " << at);
         auto b = rts_bytes;
         b[at] = std::byte{0xf6};
         why.clear();
         CHECK_FALSE(wire::decode(b, why));
         CHECK_THAT(why, Catch::Contains("rts frame with its reserved bytes set"));
+    }
+    // An rts's bytes 44..47 count the rail keys after it: at most 3, and
+    // exactly as many as follow.
+    for (std::size_t at : {44, 47}) {
+        INFO("rail key count byte " << at);
+        auto b = rts_bytes;
+        b[at] = std::byte{0xf6};
+        why.clear();
+        CHECK_FALSE(wire::decode(b, why));
+        CHECK_THAT(why, Catch::Contains("rail key(s) (at most 3)"));
+    }
+    {
+        wire::header other;
+        other.type = wire::frame::fin;
+        auto b = frame_of(other, 0);
+        b[44] = std::byte{1};
+        why.clear();
+        CHECK_FALSE(wire::decode(b, why));
+        CHECK_THAT(why, Catch::Contains("fin frame with its reserved bytes set"));
     }
     why.clear();
     CHECK_FALSE(wire::decode(frame_of(rts, 16), why));

@@ -126,6 +126,7 @@ TEST_CASE("a rail message round-trips, and each rejected field is named", "[wire
     detail::rail_message sent;
     sent.what = detail::rail_kind::answer;
     sent.rail = 2;
+    sent.attempt = 0x0506;
     sent.generation = 0x01020304;
     sent.endpoint = detail::endpoint_message{{.qpn = 0x4455, .psn = 0x77, .gid = gid, .lid = 0}, IBV_MTU_1024};
     sent.endpoint.rails = 3;
@@ -136,6 +137,7 @@ TEST_CASE("a rail message round-trips, and each rejected field is named", "[wire
     CHECK(std::memcmp(bytes.data(), "LDRC", 4) == 0);  // 0x4352444c, little-endian
     CHECK(bytes[4] == 3);
     CHECK(bytes[5] == 2);
+    CHECK(bytes[6] == 0x06);
     CHECK(bytes[8] == 0x04);
     CHECK(bytes[12] == 'M');  // the endpoint message's own magic at offset 12
     CHECK(bytes[48] == 0x88);
@@ -143,6 +145,7 @@ TEST_CASE("a rail message round-trips, and each rejected field is named", "[wire
     auto got = detail::decode_rail_message(bytes, 3);
     CHECK(got.what == detail::rail_kind::answer);
     CHECK(got.rail == 2);
+    CHECK(got.attempt == 0x0506);
     CHECK(got.generation == 0x01020304);
     CHECK(got.endpoint.endpoint.qpn == 0x4455);
     CHECK(got.endpoint.mtu == IBV_MTU_1024);

@@ -16,16 +16,18 @@ std::size_t encode(const header& h, std::span<std::byte> out) noexcept {
     w.u32(h.acked);
     w.u32(h.root);
     w.u32(h.extra);
+    std::size_t keys = h.type == frame::rts && h.rails > 1 ? h.rails - 1u : 0;
     if (h.type != frame::data) {
         w.u64(h.size);
         w.u64(h.addr);
         w.u32(h.rkey);
-        w.zeros(4);
+        w.u32(static_cast<std::uint32_t>(keys));
     }
-    if (!traced)
-        return header_length(h.type);
-    w.bytes(h.trace.bytes());
-    return header_length(h.type) + trace_size;
+    if (traced)
+        w.bytes(h.trace.bytes());
+    for (std::size_t i = 0; i < keys; ++i)
+        w.u32(h.rail_rkeys[i]);
+    return w.written();
 }
 
 std::optional<header> decode(std::span<const std::byte> bytes, std::string& why) {
@@ -101,14 +103,28 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     h.size = rest.u64();
     h.addr = rest.u64();
     h.rkey = rest.u32();
-    // encode writes zeros there: a frame with anything else is not one
-    // cordma wrote, and refusing it keeps those bytes free for a later
-    // version (as rpc_wire and the agent's messages do).
-    if (reserved != 0 || rest.u32() != 0) {
+    // encode writes zeros there (an rts: its number of rail keys): a frame
+    // with anything else is not one cordma wrote, and refusing it keeps
+    // those bytes free for a later version (as rpc_wire and the agent's
+    // messages do).
+    std::uint32_t keys = rest.u32();
+    if (reserved != 0 || (h.type != frame::rts && keys != 0)) {
         why = std::string("a ") + name(h.type) + " frame with its reserved bytes set";
         return std::nullopt;
     }
     std::size_t payload = bytes.size() - header_size - trace_bytes;
+    if (keys != 0) {
+        if (keys > max_rail_keys || payload != 4 * keys) {
+            why = "an rts frame naming " + std::to_string(keys) + " rail key(s) (at most " +
+                  std::to_string(max_rail_keys) + ") with " + std::to_string(payload) + " bytes after its header";
+            return std::nullopt;
+        }
+        byte_reader key_reader(bytes.subspan(header_size + trace_bytes));
+        for (std::uint32_t i = 0; i < keys; ++i)
+            h.rail_rkeys[i] = key_reader.u32();
+        h.rails = static_cast<std::uint8_t>(1 + keys);
+        payload = 0;
+    }
     bool carries = h.type == frame::abort;
     if (carries ? h.size != payload : payload != 0) {
         why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +

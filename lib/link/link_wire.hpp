@@ -13,7 +13,13 @@
 /// 16  u32 root                   20  u32 extra (the owner's)
 /// 24  u64 size: payload bytes (abort: after the header; rts: in the
 ///     sender's buffer)
-/// 32  u64 addr                   40  u32 rkey   44  u32 reserved (0)
+/// 32  u64 addr                   40  u32 rkey   44  u32 reserved (0);
+///     an rts's: how many rail keys follow (0..3)
+///
+/// An rts of memory registered on the sender's rails (builder::rails)
+/// carries its key on each rail 1.. after its header (and trace id), a
+/// u32 each, so the reader's RDMA READ is striped over every rail
+/// (docs/rails.md); one on rail 0 only carries none.
 ///
 /// room (the receiver's answer to grow) reuses addr and size as its
 /// comment says; grow, shrink and pad carry nothing but `acked`.
@@ -31,6 +37,7 @@
 /// every receive holds (48 bytes and the inline size). Only to a peer whose
 /// hello has hello_reads_traces; the link strips the id otherwise.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -55,6 +62,10 @@ inline constexpr std::uint8_t traced_flag = 0x80;
 inline constexpr std::size_t trace_size = 16;
 /// A hello's flag (in rkey): the sender reads traced frames.
 inline constexpr std::uint32_t hello_reads_traces = 1;
+/// The most rail keys an rts carries (rails 1..).
+inline constexpr std::size_t max_rail_keys = 3;
+/// The longest header any frame has: a traced rts with every rail key.
+inline constexpr std::size_t max_header_size = header_size + trace_size + 4 * max_rail_keys;
 
 enum class frame : std::uint8_t {
     hello = 1,   ///< who is on each end, and the terms of the link
@@ -106,6 +117,10 @@ struct header {
     std::uint32_t rkey = 0;
     /// A data or rts frame's trace id (empty: untraced, as every other is).
     trace_id trace{};
+    /// An rts: the sender's memory's keys on its rails 1.. (the first
+    /// `rails - 1`; remote_slice::rail_rkeys), 1 when it has rail 0's only.
+    std::uint8_t rails = 1;
+    std::array<std::uint32_t, max_rail_keys> rail_rkeys{};
 };
 
 /// Bytes of the header of a frame of `type`: where its payload starts.
@@ -113,10 +128,11 @@ constexpr std::size_t header_length(frame type) noexcept {
     return type == frame::data ? data_header_size : header_size;
 }
 
-/// Bytes before the payload of `h`'s frame: its header, and a traced
-/// frame's trace id.
+/// Bytes before the payload of `h`'s frame: its header, a traced frame's
+/// trace id, and an rts's rail keys.
 constexpr std::size_t header_length(const header& h) noexcept {
-    return header_length(h.type) + (h.trace.empty() ? 0 : trace_size);
+    return header_length(h.type) + (h.trace.empty() ? 0 : trace_size) +
+           (h.type == frame::rts && h.rails > 1 ? 4 * static_cast<std::size_t>(h.rails - 1) : 0);
 }
 
 /// Writes `h` (header_length(h) bytes, a hello with `version`; the trace
@@ -124,7 +140,8 @@ constexpr std::size_t header_length(const header& h) noexcept {
 /// that long); returns the bytes written.
 std::size_t encode(const header& h, std::span<std::byte> out) noexcept;
 /// The header of `frame`, or nothing with the reason in `why` (bad magic,
-/// unknown type or op, reserved bytes set, a hello of another protocol
+/// unknown type or op, reserved bytes set, an rts naming more rail keys
+/// than max_rail_keys or than it carries, a hello of another protocol
 /// version, a size that does not match the frame's length, a trace id on
 /// a frame other than data or rts, or an all-zero one). A data frame's
 /// size is its length less its header (and trace id).

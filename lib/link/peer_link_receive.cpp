@@ -47,6 +47,10 @@ task<void> peer_link::fetch(const inbound_frame& f, std::uint64_t offset, local_
                                std::to_string(offset + into.size()) + " of a " + std::to_string(f.header.size) +
                                "-byte frame (internal error)");
     remote_slice from{f.header.addr + offset, into.size(), f.header.rkey, access_flags::remote_read};
+    // The sender's keys on its rails: striped when our memory is on them too.
+    from.rails = f.header.rails;
+    for (std::size_t i = 0; i + 1 < f.header.rails; ++i)
+        from.rail_rkeys[i] = f.header.rail_rkeys[i];
     try {
         co_await conn_.read(into, from);
     } catch (const std::exception& e) {

@@ -217,10 +217,14 @@ void peer_link::post_rts(std::size_t slot, wire::header h, const local_slice& pa
     remote_slice where = payload.remote();
     h.addr = where.address;
     h.rkey = where.rkey;
+    // Its keys on our rails too, so the peer's read is striped over them.
+    h.rails = static_cast<std::uint8_t>(std::min<std::size_t>(where.rails, 1 + wire::max_rail_keys));
+    for (std::size_t i = 0; i + 1 < h.rails; ++i)
+        h.rail_rkeys[i] = where.rail_rkeys[i];
     if (!peer_reads_traces_)
         h.trace = {};
     // Every slot holds at least first_frame_size: 48 bytes and 200 more.
-    post_slot(slot, wire::encode(h, std::span<std::byte>(at, wire::header_size + wire::trace_size)));
+    post_slot(slot, wire::encode(h, std::span<std::byte>(at, wire::max_header_size)));
 }
 
 void peer_link::post_inline(std::size_t slot, wire::header h, std::span<const std::byte> payload) {

@@ -2,6 +2,7 @@
 // decoder that names the first field it rejects.
 #include "connect/tcp/rail_message.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -15,7 +16,7 @@ std::array<std::uint8_t, rail_message_size> encode_rail_message(const rail_messa
     w.u32(rail_message_magic);
     w.u8(static_cast<std::uint8_t>(message.what));
     w.u8(message.rail);
-    w.u16(0);
+    w.u16(message.attempt);
     w.u32(message.generation);
     if (message.what == rail_kind::join || message.what == rail_kind::answer)
         w.bytes(std::as_bytes(std::span<const std::uint8_t>(encode_endpoint_message(message.endpoint))));
@@ -44,17 +45,26 @@ rail_message decode_rail_message(std::span<const std::uint8_t, rail_message_size
     if (out.rail == 0 || out.rail >= rails)
         throw bad("rail", "is " + std::to_string(out.rail) + ", and this connection's rails 1.. are 1.." +
                               std::to_string(rails - 1));
-    r.u16();
+    out.attempt = r.u16();
     out.generation = r.u32();
     auto endpoint = r.bytes(endpoint_message_size);
+    std::array<std::uint8_t, endpoint_message_size> raw{};
+    for (std::size_t i = 0; i < raw.size(); ++i)
+        raw[i] = static_cast<std::uint8_t>(endpoint[i]);
     if (out.what == rail_kind::join || out.what == rail_kind::answer) {
-        std::array<std::uint8_t, endpoint_message_size> raw{};
-        for (std::size_t i = 0; i < raw.size(); ++i)
-            raw[i] = static_cast<std::uint8_t>(endpoint[i]);
         out.endpoint = decode_endpoint_message(raw);
+    } else if (std::any_of(raw.begin(), raw.end(), [](std::uint8_t b) { return b != 0; })) {
+        throw bad("endpoint", std::string("is set in a '") + to_string(out.what) + "', which carries none");
     }
     out.probe_address = r.u64();
     out.probe_rkey = r.u32();
+    if (out.what != rail_kind::answer && (out.probe_address != 0 || out.probe_rkey != 0))
+        throw bad("probe_address", std::string("or 'probe_rkey' is set in a '") + to_string(out.what) +
+                                       "', and only an answer carries a probe word");
+    if (std::uint32_t zero = r.u32(); zero != 0)
+        throw bad("zero", "(offset 60) is " + std::to_string(zero) + ", not 0");
+    if (r.remaining() != 0)
+        throw bad("length", "has bytes left over (internal error)");
     return out;
 }
 

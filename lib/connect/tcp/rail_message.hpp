@@ -19,7 +19,10 @@
 ///                               4 up: the client's probe read succeeded;
 ///                                 both sides stripe over the rail again
 ///          5     1  rail        1..3
-///          6     2  zero
+///          6     2  attempt     the client's number for this attempt
+///                               (join); echoed in its answer and up, so
+///                               a late answer to an attempt given up
+///                               never pairs with the next one's QP
 ///          8     4  generation  the times the rail was admitted again
 ///         12    36  endpoint    an endpoint message (endpoint_message.hpp)
 ///                               in join and answer; zero otherwise
@@ -41,6 +44,8 @@ enum class rail_kind : std::uint8_t { down = 1, join = 2, answer = 3, up = 4 };
 struct rail_message {
     rail_kind what = rail_kind::down;
     std::uint8_t rail = 1;
+    /// join, answer, up: the client's attempt (0 in down).
+    std::uint16_t attempt = 0;
     std::uint32_t generation = 0;
     /// join and answer.
     endpoint_message endpoint;

@@ -44,10 +44,23 @@ rail_rejoin::rail_rejoin(std::shared_ptr<runtime> rt, connection_settings settin
     : rt_(std::move(rt)), settings_(std::move(settings)), drives_(drives), send_(std::move(send)) {}
 
 rail_rejoin::~rail_rejoin() {
-    // A probe still posted must not call back into us.
-    for (attempt& a : rails_)
-        if (a.probing && a.state)
+    // A probe still posted must not call back into us; the attempt's QP
+    // goes to ERROR so its state lets go at once.
+    for (attempt& a : rails_) {
+        if (!a.state)
+            continue;
+        if (a.probing)
             a.state->abandon(&a.probe);
+        a.state->shut_down("the connection closed while its rail was being admitted again");
+    }
+}
+
+void rail_rejoin::attach(std::weak_ptr<connection_state> state) noexcept {
+    state_ = std::move(state);
+    if (auto s = live_state())
+        for (std::uint8_t rail = 1; rail < rt_->rail_count(); ++rail)
+            if (!s->stripes()->up(rail))
+                rail_down(rail, s->stripes()->generation(rail));
 }
 
 std::shared_ptr<connection_state> rail_rejoin::live_state() const noexcept {
@@ -57,12 +70,13 @@ std::shared_ptr<connection_state> rail_rejoin::live_state() const noexcept {
     return state;
 }
 
-void rail_rejoin::send(rail_kind what, std::uint8_t rail, std::uint32_t generation,
+void rail_rejoin::send(rail_kind what, std::uint8_t rail, std::uint32_t generation, std::uint16_t attempt,
                        const endpoint_message* endpoint, std::uint64_t probe_address,
                        std::uint32_t probe_rkey) noexcept {
     rail_message m;
     m.what = what;
     m.rail = rail;
+    m.attempt = attempt;
     m.generation = generation;
     if (endpoint != nullptr)
         m.endpoint = *endpoint;
@@ -79,7 +93,7 @@ void rail_rejoin::send(rail_kind what, std::uint8_t rail, std::uint32_t generati
 void rail_rejoin::rail_down(std::uint8_t rail, std::uint32_t generation) noexcept {
     if (stopped_)
         return;
-    if (!quiet_)
+    if (quiet_rail_ != rail)
         send(rail_kind::down, rail, generation);
     if (!drives_)
         return;
@@ -142,10 +156,10 @@ void rail_rejoin::handle(const rail_message& m) {
     switch (m.what) {
     case rail_kind::down:
         if (auto state = live_state()) {
-            quiet_ = true;
-            state->stripes()->shut_down_rail(m.rail, m.generation,
-                                             "the peer found rail " + std::to_string(m.rail) + " failed");
-            quiet_ = false;
+            std::string why = "the peer found rail " + std::to_string(m.rail) + " failed";
+            quiet_rail_ = m.rail;  // not told back; shut_down_rail is noexcept
+            state->stripes()->shut_down_rail(m.rail, m.generation, why);
+            quiet_rail_ = 0;
         }
         return;
     case rail_kind::join:
@@ -159,10 +173,10 @@ void rail_rejoin::handle(const rail_message& m) {
     case rail_kind::up:
         if (!drives_) {
             attempt& a = rails_[m.rail];
-            if (!a.state || a.generation != m.generation)
+            if (!a.state || a.generation != m.generation || a.number != m.attempt)
                 return;
             auto state = live_state();
-            if (!state) {
+            if (!state || a.state->broken()) {
                 drop(a);
                 return;
             }
@@ -221,33 +235,40 @@ void rail_rejoin::try_join(std::uint8_t rail) noexcept {
         return;
     }
     a.generation = state->stripes()->generation(rail) + 1;
-    send(rail_kind::join, rail, a.generation, &a.mine.ours);
+    ++a.number;
+    send(rail_kind::join, rail, a.generation, a.number, &a.mine.ours);
+    arm_deadline(rail, settings_.connect_timeout);
+}
+
+void rail_rejoin::arm_deadline(std::uint8_t rail, std::chrono::milliseconds limit) noexcept {
+    attempt& a = rails_[rail];
+    if (a.timer_set) {
+        a.timer->cancel();
+        a.timer_set = false;
+    }
     try {
-        a.timer = rt_->event_listener->call_after(
-            settings_.connect_timeout, [self = weak_from_this(), rail, generation = a.generation] {
-                auto s = self.lock();
-                if (!s)
-                    return;
-                attempt& b = s->rails_[rail];
-                b.timer_set = false;
-                if (b.mine.qp && b.generation == generation)
-                    s->give_up(rail, "the peer did not answer within connect_timeout (" +
-                                         seconds_text(s->settings_.connect_timeout) + ")");
-            });
+        a.timer = rt_->event_listener->call_after(limit, [self = weak_from_this(), rail, number = a.number] {
+            auto s = self.lock();
+            if (!s)
+                return;
+            attempt& b = s->rails_[rail];
+            b.timer_set = false;
+            if ((b.mine.qp || b.state) && b.number == number)
+                s->give_up(rail, std::string(b.state ? "its probe read" : "the peer's answer") +
+                                     " did not come within connect_timeout (" +
+                                     seconds_text(s->settings_.connect_timeout) + ")");
+        });
         a.timer_set = true;
     } catch (const std::exception& e) {
-        give_up(rail, e.what());
+        logf(log_level::warning, "cordma: rail %u: cannot bound its attempt: %s", static_cast<unsigned>(rail),
+             e.what());
     }
 }
 
 void rail_rejoin::answered(const rail_message& m) {
     attempt& a = rails_[m.rail];
-    if (!a.mine.qp || a.generation != m.generation)
+    if (!a.mine.qp || a.generation != m.generation || a.number != m.attempt)
         return;  // an answer to an attempt given up
-    if (a.timer_set) {
-        a.timer->cancel();
-        a.timer_set = false;
-    }
     if (!live_state()) {
         drop(a);
         return;
@@ -274,7 +295,9 @@ void rail_rejoin::answered(const rail_message& m) {
     if (!a.state->start(&a.probe)) {
         a.probing = false;
         probed(m.rail);
+        return;
     }
+    // The probe too is bounded (the deadline armed at the join runs on).
 }
 
 void rail_rejoin::probe_done(operation_base* op) noexcept {
@@ -316,10 +339,18 @@ void rail_rejoin::probed(std::uint8_t rail) noexcept {
         drop(a);
         return;
     }
+    if (a.state->broken()) {
+        give_up(rail, "its new queue pair failed after the probe: " + a.state->broken_reason());
+        return;
+    }
+    if (a.timer_set) {
+        a.timer->cancel();
+        a.timer_set = false;
+    }
     state->stripes()->admit(rail, std::move(a.state), a.generation);
     a.state.reset();
     a.admitted_at = std::chrono::steady_clock::now();
-    send(rail_kind::up, rail, a.generation);
+    send(rail_kind::up, rail, a.generation, a.number);
 }
 
 void rail_rejoin::give_up(std::uint8_t rail, const std::string& why) noexcept {
@@ -335,8 +366,12 @@ void rail_rejoin::give_up(std::uint8_t rail, const std::string& why) noexcept {
 void rail_rejoin::joined(const rail_message& m) {
     attempt& a = rails_[m.rail];
     drop(a);  // an earlier attempt the client gave up
-    if (!live_state())
+    auto state = live_state();
+    if (!state)
         return;
+    if (m.generation != state->stripes()->generation(m.rail) + 1)
+        throw std::invalid_argument("a join to make generation " + std::to_string(m.generation) + " where this side's is " +
+                                    std::to_string(state->stripes()->generation(m.rail)));
     rail_qp mine = make_rail_qp(*rt_, settings_, m.rail);
     qp_connect_options options = mine.options;
     options.mtu = std::min(mine.ours.mtu, m.endpoint.mtu);
@@ -348,7 +383,8 @@ void rail_rejoin::joined(const rail_message& m) {
         throw std::logic_error("the probe word is not registered on rail " + std::to_string(m.rail));
     a.state = new_state(m.rail, std::move(mine.qp));
     a.generation = m.generation;
-    send(rail_kind::answer, m.rail, m.generation, &mine.ours, word.address, word.rail_rkeys[m.rail - 1]);
+    a.number = m.attempt;
+    send(rail_kind::answer, m.rail, m.generation, m.attempt, &mine.ours, word.address, word.rail_rkeys[m.rail - 1]);
 }
 
 }  // namespace cordma::detail

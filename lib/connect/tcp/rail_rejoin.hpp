@@ -69,7 +69,9 @@ public:
     rail_rejoin(const rail_rejoin&) = delete;
     rail_rejoin& operator=(const rail_rejoin&) = delete;
 
-    void attach(std::weak_ptr<connection_state> state) { state_ = std::move(state); }
+    /// The connection; a rail already down (it failed before the transport
+    /// was set) is reported now.
+    void attach(std::weak_ptr<connection_state> state) noexcept;
     /// The connection's rail `rail` failed in `generation` (transport::rail_down).
     void rail_down(std::uint8_t rail, std::uint32_t generation) noexcept;
     /// A message the peer sent; a malformed one shuts the connection down.
@@ -97,8 +99,10 @@ private:
         std::chrono::milliseconds hold_down = first_hold_down;
         /// When it last came back (client); empty before.
         std::chrono::steady_clock::time_point admitted_at{};
-        /// The generation the attempt in progress would make.
+        /// The generation the attempt in progress would make, and its
+        /// number (the client's count; the listener's: the join's).
         std::uint32_t generation = 0;
+        std::uint16_t number = 0;
         /// The client's new QP, until the answer comes.
         rail_qp mine;
         /// The new rail, probing (client) or waiting for "up" (listener).
@@ -107,8 +111,12 @@ private:
         bool probing = false;
     };
 
-    void send(rail_kind what, std::uint8_t rail, std::uint32_t generation, const endpoint_message* endpoint = nullptr,
-              std::uint64_t probe_address = 0, std::uint32_t probe_rkey = 0) noexcept;
+    void send(rail_kind what, std::uint8_t rail, std::uint32_t generation, std::uint16_t attempt = 0,
+              const endpoint_message* endpoint = nullptr, std::uint64_t probe_address = 0,
+              std::uint32_t probe_rkey = 0) noexcept;
+    /// Client: gives the attempt in progress `limit` before it is given up
+    /// (its answer, then its probe).
+    void arm_deadline(std::uint8_t rail, std::chrono::milliseconds limit) noexcept;
     void handle(const rail_message& m);
     /// Client: after `delay`, try to bring `rail` back.
     void schedule(std::uint8_t rail, std::chrono::milliseconds delay) noexcept;
@@ -133,8 +141,8 @@ private:
     std::array<attempt, max_rails> rails_{};
     /// Client: the 8 bytes a probe reads into; listener: the probe word.
     local_mr probe_memory_;
-    /// Set while a "down" from the peer takes our end down (not told back).
-    bool quiet_ = false;
+    /// The rail a "down" from the peer is taking down (not told back); 0: none.
+    std::uint8_t quiet_rail_ = 0;
     bool stopped_ = false;
 };
 

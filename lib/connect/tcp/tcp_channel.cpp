@@ -45,11 +45,16 @@ task<void> tcp_channel::close() {
 void tcp_channel::enable_rails(connection_settings settings, bool drives) {
     rejoin_ = std::make_shared<rail_rejoin>(
         rt_, std::move(settings), drives,
-        [service = service_, io = io_](const std::array<std::uint8_t, rail_message_size>& bytes) {
-            asio::post(service->context(), [io, bytes] {
+        // Io-side objects are held only by io handlers (tcp_io.hpp): the
+        // socket is reached here by a weak reference, locked on the io thread.
+        [service = service_, weak = std::weak_ptr<tcp_io>(io_)](const std::array<std::uint8_t, rail_message_size>& bytes) {
+            asio::post(service->context(), [weak, bytes] {
+                auto io = weak.lock();
+                if (!io)
+                    return;
                 io->outbox.push_back(bytes);
                 if (!io->writing)
-                    write_next(io);
+                    write_next(std::move(io));
             });
         });
 }

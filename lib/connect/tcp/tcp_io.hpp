@@ -34,7 +34,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -84,9 +84,11 @@ struct tcp_io {
     std::uint8_t ready_sent = ready_byte;
     std::uint8_t ready_received = 0;
     // After "ready" (rails only, rail_message.hpp): the message being read,
-    // and those waiting to be written, the first being written.
+    // and those waiting to be written, the first being written (a list:
+    // nothing allocated until a message goes, and the one being written
+    // stays put while others are added).
     std::array<std::uint8_t, rail_message_size> inbox{};
-    std::deque<std::array<std::uint8_t, rail_message_size>> outbox;
+    std::list<std::array<std::uint8_t, rail_message_size>> outbox;
     bool writing = false;
 };
 
