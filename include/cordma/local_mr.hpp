@@ -53,6 +53,9 @@ struct CORDMA_API mr_block {
     std::size_t offset = 0;
     std::size_t reserved = 0;
     memory_region own_registration;
+    // A registration of its own on several rails: rails 1..'s, in order
+    // (register_local_mr with several protection domains).
+    std::vector<memory_region> rail_registrations;
 
     mr_block() = default;
     mr_block(const mr_block&) = delete;
@@ -162,6 +165,15 @@ private:
 /// them are gone.
 CORDMA_API local_mr register_local_mr(std::shared_ptr<protection_domain> pd, void* data, std::size_t size,
                            access_flags access);
+/// The same on every rail of a builder (builder::rails): registered once
+/// on each protection domain in `rails` (one per device, at most
+/// max_rails, rail 0's first; `builder::pool()->rail_pds()` gives a
+/// builder's), so the region has a key on each rail and its writes and
+/// reads are striped as a pool's are (docs/rails.md). One protection
+/// domain: as the overload above. Throws std::invalid_argument for none
+/// or too many, verbs_error naming the rail whose registration failed.
+CORDMA_API local_mr register_local_mr(const std::vector<std::shared_ptr<protection_domain>>& rails, void* data,
+                                      std::size_t size, access_flags access);
 
 /// What a builder's cache of registrations has done (builder::
 /// registration_cache_size; builder::registration_cache_stats()). The

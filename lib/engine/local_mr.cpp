@@ -42,6 +42,28 @@ local_mr register_local_mr(std::shared_ptr<protection_domain> pd, void* data, st
     return local_mr(std::move(block));
 }
 
+local_mr register_local_mr(const std::vector<std::shared_ptr<protection_domain>>& rails, void* data,
+                           std::size_t size, access_flags access) {
+    if (rails.empty() || rails.size() > max_rails)
+        throw std::invalid_argument("register_local_mr(" + std::to_string(rails.size()) +
+                                    " protection domains): give 1 to " + std::to_string(max_rails) +
+                                    ", one per rail");
+    local_mr mr = register_local_mr(rails[0], data, size, access);
+    detail::mr_block& block = *mr.all().block();
+    for (std::size_t rail = 1; rail < rails.size(); ++rail) {
+        try {
+            block.rail_registrations.push_back(memory_region::register_memory(rails[rail], data, size, access));
+        } catch (const verbs_error& e) {
+            throw verbs_error(e.code(), "register_local_mr: rail " + std::to_string(rail) + " (" +
+                                            rails[rail]->device()->name() + "): " + e.what());
+        }
+        block.rail_lkeys[rail - 1] = block.rail_registrations.back().lkey();
+        block.rail_rkeys[rail - 1] = block.rail_registrations.back().rkey();
+    }
+    block.rails = static_cast<std::uint8_t>(rails.size());
+    return mr;
+}
+
 std::shared_ptr<memory_pool> memory_pool::create(std::shared_ptr<protection_domain> pd, access_flags access,
                                                  std::size_t chunk_size) {
     if (chunk_size < 4096)

@@ -62,10 +62,17 @@ bool rail_stripes::usable(std::uint8_t rail, const operation_base& op) const noe
     if (rail == 0)
         return true;
     const auto& block = op.local[0].block();
+    if (!block || block->rails <= rail || op.remote.rails <= rail)
+        return false;
     // The local memory must be registered on this rail's protection domain
-    // (a pool made by the same builder), and the peer's on its rail.
-    return block && block->rails > rail && block->pool && block->pool->rail_pds().size() > rail &&
-           block->pool->rail_pds()[rail] == state.qp()->pd() && op.remote.rails > rail;
+    // (a pool made by the same builder, or register_local_mr with its
+    // rails), and the peer's on its rail.
+    const protection_domain* pd = nullptr;
+    if (block->pool)
+        pd = block->pool->rail_pds().size() > rail ? block->pool->rail_pds()[rail].get() : nullptr;
+    else if (block->rail_registrations.size() >= rail)
+        pd = block->rail_registrations[rail - 1].pd().get();
+    return pd != nullptr && pd == state.qp()->pd().get();
 }
 
 stripe_piece* rail_stripes::take() noexcept {

@@ -17,14 +17,14 @@ std::uintptr_t page_size() noexcept {
     return size;
 }
 
-local_slice register_once(const std::shared_ptr<protection_domain>& pd, void* data, std::size_t size) {
-    return register_local_mr(pd, data, size, access_flags::local_write).all();
+local_slice register_once(const std::vector<std::shared_ptr<protection_domain>>& pds, void* data, std::size_t size) {
+    return register_local_mr(pds, data, size, access_flags::local_write).all();
 }
 
 }  // namespace
 
-registration_cache::registration_cache(std::shared_ptr<protection_domain> pd, std::size_t capacity)
-    : pd_(std::move(pd)), capacity_(capacity) {
+registration_cache::registration_cache(std::vector<std::shared_ptr<protection_domain>> pds, std::size_t capacity)
+    : pds_(std::move(pds)), capacity_(capacity) {
     counts_.capacity = capacity;
 }
 
@@ -71,7 +71,7 @@ local_slice registration_cache::local(void* data, std::size_t size) {
     std::lock_guard lock(mutex_);
     if (size == 0 || end - start > capacity_ || started_watch() == nullptr) {
         ++counts_.not_kept;
-        return register_once(pd_, data, size);
+        return register_once(pds_, data, size);
     }
     // An unmap that has finished, on any thread, is in the ring after this
     // (the reading thread takes no lock of ours: waiting here is safe).
@@ -100,7 +100,7 @@ local_slice registration_cache::local(void* data, std::size_t size) {
     }
     if (!make_room(to - from) || !watch_->watch(from, to)) {
         ++counts_.not_kept;
-        return register_once(pd_, data, size);
+        return register_once(pds_, data, size);
     }
     std::shared_ptr<mr_block> block;
     try {
@@ -120,7 +120,7 @@ local_slice registration_cache::local(void* data, std::size_t size) {
         // The folded range took in pages that cannot be registered now
         // (made read-only since, say): this buffer alone, for this call.
         ++counts_.not_kept;
-        return register_once(pd_, data, size);
+        return register_once(pds_, data, size);
     } catch (...) {
         watch_->unwatch(from, to);
         throw;
@@ -132,7 +132,7 @@ local_slice registration_cache::local(void* data, std::size_t size) {
 
 std::shared_ptr<mr_block> registration_cache::register_pages(std::uintptr_t start, std::uintptr_t end) {
     // register_local_mr makes the block; the cache keeps the block itself.
-    return register_local_mr(pd_, reinterpret_cast<void*>(start), end - start, access_flags::local_write)
+    return register_local_mr(pds_, reinterpret_cast<void*>(start), end - start, access_flags::local_write)
         .all()
         .block();
 }

@@ -38,8 +38,10 @@ class unmap_watch;
 
 class registration_cache {
 public:
-    /// Keeps at most `capacity` bytes of registrations on `pd` (0: none).
-    registration_cache(std::shared_ptr<protection_domain> pd, std::size_t capacity);
+    /// Keeps at most `capacity` bytes of registrations on `pds` (0: none):
+    /// each registered on every one of them, rail 0's first (builder::
+    /// rails; one without rails).
+    registration_cache(std::vector<std::shared_ptr<protection_domain>> pds, std::size_t capacity);
     ~registration_cache();
     registration_cache(const registration_cache&) = delete;
     registration_cache& operator=(const registration_cache&) = delete;
@@ -77,7 +79,7 @@ private:
     std::size_t drop_idle();
     std::shared_ptr<mr_block> register_pages(std::uintptr_t start, std::uintptr_t end);
 
-    std::shared_ptr<protection_domain> pd_;
+    std::vector<std::shared_ptr<protection_domain>> pds_;
     std::size_t capacity_;
 
     std::mutex mutex_;

@@ -249,8 +249,10 @@ task<void> stream_state::write_frame(std::span<const std::byte> bytes, local_sli
         co_await link_->send(h, registered, token);
     } else {
         // From register_size up (write() sends smaller ones inline).
-        local_mr source = register_local_mr(builder_.pd(), const_cast<std::byte*>(bytes.data()), bytes.size(),
-                                            access_flags::remote_read);
+        // On every rail of the builder (its pool's protection domains), so
+        // the reader's RDMA READ is striped over them.
+        local_mr source = register_local_mr(builder_.pool()->rail_pds(), const_cast<std::byte*>(bytes.data()),
+                                            bytes.size(), access_flags::remote_read);
         local_slice from = source.all();
         co_await link_->send(h, from, token);
     }
