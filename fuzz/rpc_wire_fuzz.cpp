@@ -68,7 +68,7 @@ void check(std::span<const std::byte> in, const char* where) {
         die(where, "decode accepted a call id over 32 bits", std::to_string(h->id));
     if (!h->trace.empty() && h->type != wire::frame::request && h->type != wire::frame::request_rts)
         die(where, "decode accepted a trace id on a frame that is not a request", wire::name(h->type));
-    std::byte out[wire::header_size + wire::trace_size];
+    std::byte out[wire::max_header_size];
     if (wire::encode(*h, std::span<std::byte>(out)) != header)
         die(where, "encode wrote a header of another length than header_length", wire::name(h->type));
     if (std::memcmp(out, in.data(), header) != 0)

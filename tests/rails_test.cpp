@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <stop_token>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -22,6 +23,7 @@
 #include <cordma/listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/protection_domain.hpp>
+#include <cordma/rpc.hpp>
 #include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
 #include <cordma/task.hpp>
@@ -415,4 +417,47 @@ TEST_CASE("a stream over two rails reads a large write's frames striped, every b
     INFO("rail 1 read " << plain_bytes << " bytes of plain memory");
     CHECK(plain_bytes >= size / 4);
     CHECK(plain_bytes < size);
+}
+
+TEST_CASE("an rpc call over two rails reads its large request and response striped, every byte right", "[rails]") {
+    // The server's connections receive through one SRQ on rail 0; its
+    // rails carry the rendezvous reads.
+    builder server_side = rails_builder();
+    server_side.stripe_threshold(64 << 10);
+    rpc::server server(server_side);
+    server.handle(1, "reverse", [](rpc::request r) -> task<std::vector<std::byte>> {
+        std::vector<std::byte> out(r.bytes().rbegin(), r.bytes().rend());
+        co_return out;
+    });
+    listener l = server_side.listen(test::any_port());
+    std::stop_source stop;
+    std::thread serving([&] { sync_wait(server.serve(l, stop.get_token())); });
+
+    builder client_side = rails_builder();
+    client_side.stripe_threshold(64 << 10);
+    {
+        rpc::client c = sync_wait(rpc::client::connect(client_side, l.address()));
+        constexpr std::size_t size = 1 << 20;  // far over the eager size: both ways by rendezvous
+        std::vector<std::byte> request(size);
+        for (std::size_t i = 0; i < size; ++i)
+            request[i] = static_cast<std::byte>((i * 13 + (i >> 9)) & 0xff);
+        const rail_info before = c.connection().rails()[1];
+        std::vector<std::byte> answer = c.call_sync(1, request);
+        REQUIRE(answer.size() == size);
+        CHECK(std::equal(answer.begin(), answer.end(), request.rbegin()));
+        // The client read the response: half of it on rail 1.
+        const rail_info after = c.connection().rails()[1];
+        CHECK(after.up);
+        CHECK(after.counters[operation_kind::read].completed - before.counters[operation_kind::read].completed == 1);
+        CHECK(after.counters[operation_kind::read].bytes - before.counters[operation_kind::read].bytes == size / 2);
+        // The server read the request (before its handler ran): half of it
+        // on its rail 1, in its listener's metrics (role "rail").
+        std::uint64_t server_rail_reads = 0;
+        for (const auto& conn : server_side.event_listener()->metrics().connections)
+            if (conn.role == "rail")
+                server_rail_reads += conn.counters[operation_kind::read].bytes;
+        CHECK(server_rail_reads == size / 2);
+    }
+    stop.request_stop();
+    serving.join();
 }

@@ -422,6 +422,46 @@ TEST_CASE("an rpc frame header round-trips, and decode names what is wrong with 
     rejected(b, "unknown type 12");
 }
 
+TEST_CASE("an rpc rendezvous frame carries its memory's key on each rail after its header", "[wire][rpc][rails]") {
+    namespace wire = detail::rpc_wire;
+    std::string why;
+    auto id = trace_id::parse("4bf92f3577b34da6a3ce929d0e0e4736");
+    REQUIRE(id);
+    wire::header h{wire::frame::request_rts, 0, 9, 1, 1 << 20, 0x7f0000002000ull, 0xabc};
+    remote_slice region{0x7f0000002000ull, 1 << 20, 0xabc};
+    region.rails = 3;
+    region.rail_rkeys = {0x111, 0x222, 0};
+    wire::set_key(h, region);
+    h.trace = *id;
+    CHECK(wire::header_length(h) == 48 + 16 + 8);
+    std::vector<std::byte> bytes(wire::header_length(h));
+    CHECK(wire::encode(h, bytes) == bytes.size());
+    CHECK(bytes[44] == std::byte{2});
+    CHECK(bytes[64] == std::byte{0x11});  // after the trace id
+    auto back = wire::decode(bytes, why);
+    REQUIRE(back);
+    remote_slice read = wire::where(*back);
+    CHECK(read.rkey == 0xabc);
+    CHECK(read.rails == 3);
+    CHECK(read.rail_rkeys[0] == 0x111);
+    CHECK(read.rail_rkeys[1] == 0x222);
+    CHECK(back->trace == *id);
+
+    auto broken = bytes;
+    broken[44] = std::byte{4};
+    CHECK_FALSE(wire::decode(broken, why));
+    CHECK_THAT(why, Catch::Contains("naming 4 rail keys (at most 3)"));
+    CHECK_FALSE(wire::decode(std::span(bytes).first(bytes.size() - 4), why));
+    CHECK_THAT(why, Catch::Contains("and 2 rail key(s)"));
+    // Only a rendezvous frame has keys.
+    wire::header done{wire::frame::done, 0, 9, 0, 0, 0, 0};
+    std::vector<std::byte> done_bytes(wire::header_length(done));
+    wire::encode(done, done_bytes);
+    done_bytes[44] = std::byte{1};
+    CHECK_FALSE(wire::decode(done_bytes, why));
+    CHECK_THAT(why, Catch::Contains("done frame with its reserved bytes set"));
+}
+
 TEST_CASE("a traced rpc request carries its trace id after its header, and only a request may", "[wire][rpc][trace]") {
     namespace wire = detail::rpc_wire;
     std::string why;

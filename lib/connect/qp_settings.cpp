@@ -213,10 +213,6 @@ void check_handshake_settings(const connection_settings& s, handshake_side side)
                                     " devices) over rdma_cm, at " + call +
                                     ": rails are joined over the TCP endpoint exchange for now; use "
                                     "builder::exchange(endpoint_exchange::tcp) on both sides");
-    if (!s.rails.empty() && s.shared_receives)
-        throw std::invalid_argument(std::string("builder::rails with builder::shared_receives, at ") + call +
-                                    ": a shared receive queue belongs to one device, and a connection over rails "
-                                    "needs receives on each; drop one of the two");
     if (!s.rails.empty() && !s.device.empty() && s.device != s.rails.front())
         throw std::invalid_argument("builder::device(\"" + s.device + "\") with builder::rails, at " + call +
                                     ": rail 0 is the builder's device, and rails name \"" + s.rails.front() +

@@ -111,12 +111,13 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
                 h.size = request.size();
                 inline_bytes = request;
             } else {
-                c.registration = register_local_mr(builder_.pd(), const_cast<std::byte*>(request.data()),
+                // On every rail of the builder, so the server's read is striped.
+                c.registration = register_local_mr(builder_.pool()->rail_pds(), const_cast<std::byte*>(request.data()),
                                                    request.size(), access_flags::remote_read);
                 h.type = wire::frame::request_rts;
                 h.size = request.size();
                 h.addr = reinterpret_cast<std::uint64_t>(request.data());
-                h.rkey = c.registration.rkey();
+                wire::set_key(h, c.registration.remote());
             }
             header = wire::header_length(h);
             buffer = buffers_.take(header + inline_bytes.size());

@@ -149,8 +149,9 @@ task<void> client_state::fetch(std::uint64_t id, wire::header h) {
     std::vector<std::byte> bytes(h.size);
     std::string error;
     try {
-        local_mr into = register_local_mr(builder_.pd(), bytes.data(), bytes.size(), access_flags::local_write);
-        remote_slice from{h.addr, h.size, h.rkey, access_flags::remote_read};
+        local_mr into = register_local_mr(builder_.pool()->rail_pds(), bytes.data(), bytes.size(),
+                                          access_flags::local_write);
+        remote_slice from = wire::where(h);
         co_await conn_.read(into.all(), from);
     } catch (const std::exception& e) {
         error = e.what();

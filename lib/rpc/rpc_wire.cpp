@@ -32,9 +32,12 @@ std::size_t encode(const header& h, std::span<std::byte> out) noexcept {
     w.u64(h.size);
     w.u64(h.addr);
     w.u32(h.rkey);
-    w.zeros(4);
+    std::size_t keys = is_rendezvous(h.type) && h.rails > 1 ? h.rails - 1u : 0;
+    w.u32(static_cast<std::uint32_t>(keys));
     if (traced)
         w.bytes(h.trace.bytes());
+    for (std::size_t i = 0; i < keys; ++i)
+        w.u32(h.rail_rkeys[i]);
     return header_length(h);
 }
 
@@ -100,8 +103,14 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
     h.size = rest.u64();
     h.addr = rest.u64();
     h.rkey = rest.u32();
-    if (reserved != 0 || rest.u32() != 0) {
+    std::uint32_t keys = rest.u32();
+    if (reserved != 0 || (keys != 0 && !is_rendezvous(h.type))) {
         why = std::string("a ") + name(h.type) + " frame with its reserved bytes set";
+        return std::nullopt;
+    }
+    if (keys > max_rail_keys) {
+        why = std::string("a ") + name(h.type) + " frame naming " + std::to_string(keys) + " rail keys (at most " +
+              std::to_string(max_rail_keys) + ")";
         return std::nullopt;
     }
     // A hello's id is the server's liveness word's address; every other
@@ -110,12 +119,18 @@ std::optional<header> decode(std::span<const std::byte> bytes, std::string& why)
         why = std::string("a ") + name(h.type) + " frame with call id " + std::to_string(h.id) + ", over 32 bits";
         return std::nullopt;
     }
-    if (bytes.size() != header_size + trace_bytes) {
-        why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) +
-              " bytes whose header says 0 bytes of payload";
+    if (bytes.size() != header_size + trace_bytes + 4 * keys) {
+        why = std::string("a ") + name(h.type) + " frame of " + std::to_string(bytes.size()) + " bytes whose header says 0 bytes of payload" +
+              (keys != 0 ? " and " + std::to_string(keys) + " rail key(s)" : std::string());
         return std::nullopt;
     }
-    bool rendezvous = h.type == frame::request_rts || h.type == frame::response_rts;
+    if (keys != 0) {
+        byte_reader key_reader(bytes.subspan(header_size + trace_bytes));
+        for (std::uint32_t i = 0; i < keys; ++i)
+            h.rail_rkeys[i] = key_reader.u32();
+        h.rails = static_cast<std::uint8_t>(1 + keys);
+    }
+    bool rendezvous = is_rendezvous(h.type);
     if (rendezvous && h.size == 0) {
         why = std::string("a ") + name(h.type) + " frame for 0 bytes (an empty payload goes inline)";
         return std::nullopt;

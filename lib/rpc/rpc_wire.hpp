@@ -27,7 +27,13 @@
 ///     rpc_errc); a hello's protocol version
 /// 20  u32 reserved (0)
 /// 24  u64 size: payload bytes (in the sender's memory at addr/rkey)
-/// 32  u64 addr                    40  u32 rkey     44  u32 reserved (0)
+/// 32  u64 addr                    40  u32 rkey     44  u32 reserved (0);
+///     a rendezvous frame's: how many rail keys follow (0..3)
+///
+/// A rendezvous frame (request_rts, response_rts) for memory registered on
+/// the sender's rails (builder::rails) carries its key on each rail 1..
+/// after its header (and a request's trace id), a u32 each, so the
+/// reader's RDMA READ is striped over every rail (docs/rails.md).
 ///
 /// hello (once each way, in the connection's private data: the client's
 /// connect request, the server's accept) reuses the fields: size = the
@@ -57,12 +63,14 @@
 /// sends a shrink frame (frames from then on are small again) and a pad
 /// frame per client receive, which cycle the big receives out.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 
+#include <cordma/remote_slice.hpp>
 #include <cordma/trace.hpp>
 
 namespace cordma::detail::rpc_wire {
@@ -107,6 +115,11 @@ enum class frame : std::uint8_t {
 /// A client's receives before they grow: 256 bytes, header included.
 inline constexpr std::size_t small_receive = 256;
 
+/// The most rail keys a rendezvous frame carries (rails 1..).
+inline constexpr std::size_t max_rail_keys = 3;
+/// The longest header any frame has: a traced request_rts with every rail key.
+inline constexpr std::size_t max_header_size = header_size + trace_size + 4 * max_rail_keys;
+
 struct header {
     frame type = frame::request;
     std::uint32_t credits = 0;
@@ -117,11 +130,40 @@ struct header {
     std::uint32_t rkey = 0;
     /// A request's trace id (empty: untraced, as every other frame is).
     trace_id trace{};
+    /// A rendezvous frame: the sender's memory's keys on its rails 1..
+    /// (the first `rails - 1`), 1 when it has rail 0's only.
+    std::uint8_t rails = 1;
+    std::array<std::uint32_t, max_rail_keys> rail_rkeys{};
 };
+
+/// Whether frames of `type` announce the sender's memory (addr, rkey) for
+/// the receiver to read.
+constexpr bool is_rendezvous(frame type) noexcept {
+    return type == frame::request_rts || type == frame::response_rts;
+}
 
 /// Whether frames of `type` carry `size` bytes of payload after the header.
 constexpr bool carries_payload(frame type) noexcept {
     return type == frame::request || type == frame::response;
+}
+
+/// A rendezvous frame's key for `region` (its rkey and its keys on the
+/// sender's rails).
+inline void set_key(header& h, const remote_slice& region) noexcept {
+    h.rkey = region.rkey;
+    h.rails = static_cast<std::uint8_t>(region.rails < 1 + max_rail_keys ? region.rails : 1 + max_rail_keys);
+    for (std::size_t i = 0; i + 1 < h.rails; ++i)
+        h.rail_rkeys[i] = region.rail_rkeys[i];
+}
+
+/// What a rendezvous frame announces, as the reader's remote_slice (its
+/// keys on every rail the sender named).
+inline remote_slice where(const header& h) noexcept {
+    remote_slice out{h.addr, h.size, h.rkey, access_flags::remote_read};
+    out.rails = h.rails;
+    for (std::size_t i = 0; i + 1 < h.rails; ++i)
+        out.rail_rkeys[i] = h.rail_rkeys[i];
+    return out;
 }
 
 /// Bytes of the header of a frame of `type`: where its payload starts.
@@ -129,10 +171,11 @@ constexpr std::size_t header_length(frame type) noexcept {
     return carries_payload(type) ? inline_header_size : header_size;
 }
 
-/// Bytes before the payload of `h`'s frame: its header, and a traced
-/// request's trace id.
+/// Bytes before the payload of `h`'s frame: its header, a traced
+/// request's trace id, and a rendezvous frame's rail keys.
 constexpr std::size_t header_length(const header& h) noexcept {
-    return header_length(h.type) + (h.trace.empty() ? 0 : trace_size);
+    return header_length(h.type) + (h.trace.empty() ? 0 : trace_size) +
+           (is_rendezvous(h.type) && h.rails > 1 ? 4 * static_cast<std::size_t>(h.rails - 1) : 0);
 }
 
 /// Writes `h` (header_length(h) bytes, its trace id too if it has one; h.id at most largest_id but in

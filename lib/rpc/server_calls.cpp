@@ -122,8 +122,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         } else if (entry != nullptr) {
             try {
                 large.reset(new std::byte[h.size]);
-                large_mr = register_local_mr(pd_, large.get(), h.size, access_flags::local_write);
-                remote_slice from{h.addr, h.size, h.rkey, access_flags::remote_read};
+                large_mr = register_local_mr(rail_pds_, large.get(), h.size, access_flags::local_write);
+                remote_slice from = wire::where(h);
                 co_await s->conn.read(large_mr.all(), from);
                 payload = std::span<const std::byte>(large.get(), h.size);
             } catch (const std::exception& e) {
@@ -210,12 +210,12 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     auto lend = [&](std::vector<std::byte> bytes, std::uint32_t code) {
         try {
             lent_response lent;
-            lent.registration = register_local_mr(pd_, bytes.data(), bytes.size(), access_flags::remote_read);
+            lent.registration = register_local_mr(rail_pds_, bytes.data(), bytes.size(), access_flags::remote_read);
             out.type = wire::frame::response_rts;
             out.code = code;
             out.size = bytes.size();
             out.addr = reinterpret_cast<std::uint64_t>(bytes.data());
-            out.rkey = lent.registration.rkey();
+            wire::set_key(out, lent.registration.remote());
             lent.bytes = std::move(bytes);
             s->lent.emplace(h.id, std::move(lent));
         } catch (const std::exception& e) {
@@ -298,7 +298,7 @@ void server_state::answered(session& s) {
 // Not a coroutine: the copy is made now, and the send is send_buffer's
 // (one frame per frame sent, not two).
 task<void> server_state::send_frame(std::shared_ptr<session> s, wire::header h, std::span<const std::byte> payload) {
-    std::size_t header = wire::header_length(h.type);
+    std::size_t header = wire::header_length(h);  // a response_rts: with its rail keys
     local_mr buffer = buffers_.take(header + payload.size());
     if (!payload.empty())
         std::memcpy(buffer.data() + header, payload.data(), payload.size());
