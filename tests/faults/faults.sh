@@ -31,7 +31,10 @@
 #             rails_guest.sh says why), then again with rail 1's link taken
 #             down at 30%: every byte right, no operation failed, none
 #             stalled longer than the retry time's limit when the link went
-#             down, rail 1 reported down
+#             down, rail 1 reported down, then back on new queue pairs once
+#             the link is; then an rpc server and 8 clients over both rails
+#             for 60 s while rail 1's link flaps twice: every call answered
+#             exactly once, every client's rail 1 back at the end
 #   soak      64 connections x 256 operations in flight for 20 s, every
 #             read checked, memory and fds flat from second 5 on
 # soak needs one host, not a link between hosts: it runs in the rxe suite,
@@ -69,7 +72,7 @@ case "$scenario" in
     vm -n 3 -t 420 -- env BUILD="$build" SCENARIO=poweroff LIMIT_MS=5000 sh "$src/tests/faults/pressure_guest.sh" ;;
   rails)
     echo "faults.sh: an operation may stall at most $linkdown_limit ms when a rail fails"
-    vm -n 2 --rails 2 -t 420 -- env BUILD="$build" LIMIT_MS=$linkdown_limit sh "$src/tests/faults/rails_guest.sh" ;;
+    vm -n 2 --rails 2 -t 480 -- env BUILD="$build" LIMIT_MS=$linkdown_limit sh "$src/tests/faults/rails_guest.sh" ;;
   soak)
     [ -n "${CORDMA_TEST_ADDR:-}" ] ||
       { echo "faults.sh: soak runs on the rxe suite's device: CORDMA_TEST_ADDR is not set (run it through tools/run-tests)" >&2; exit 2; }
