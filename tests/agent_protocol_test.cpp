@@ -50,6 +50,8 @@ bytes raw_wire(const message& m) {
                    [&](const request_mr& r) { body.u32(r.request_id).u64(r.size).u32(r.alignment).u32(r.lease_ms).u32(r.access); },
                    [&](const grant_mr& g) {
                        body.u32(g.request_id).u64(g.region_id).u64(g.address).u64(g.length).u32(g.rkey).u32(g.lease_ms).u32(g.access);
+                       for (std::size_t i = 0; i + 1 < g.rails; ++i)
+                           body.u32(g.rail_rkeys[i]);
                    },
                    [&](const deny_mr& d) { body.u32(d.request_id).u32(d.code).u16(d.reason.size()).str(d.reason); },
                    [&](const return_mr& r) { body.u64(r.region_id); },
@@ -96,6 +98,7 @@ std::vector<message> samples() {
         request_mr{1, 1, 1, 1, 8},
         grant_mr{7, 1, 0x7f0000001000, 4096, 0x1234, 30000, 2 | 4},
         grant_mr{0, 0xffffffffffffffff, 0xffffffffffffff00, 0xff, 0xffffffff, 0xffffffff, 2 | 4 | 8},
+        grant_mr{3, 9, 0x1000, 4096, 0x1234, 100, 2 | 4, 4, {0x1111, 0x2222, 0x3333}},
         deny_mr{7, 12, "over the limit: 64 MiB per region"},
         deny_mr{0xffffffff, 0x7fffffff, ""},
         deny_mr{1, 105, std::string(max_reason_length, 'x')},
@@ -154,6 +157,15 @@ TEST_CASE("the wire layout is the documented one, little-endian", "[agent_protoc
         CHECK(w[4] == std::byte{40});
         CHECK(bytes(w.begin() + 36, w.end()) ==
               hex_bytes({0xcd, 0xab, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00}));
+    }
+    SECTION("grant_mr over rails: the region's key on each rail 1.. after the 40 bytes") {
+        auto w = wire(grant_mr{1, 2, 0x1000, 0x2000, 0xabcd, 5, 4, 3, {0x11, 0x22, 0}});
+        REQUIRE(w.size() == 48 + 8);
+        CHECK(w[4] == std::byte{48});
+        CHECK(bytes(w.begin() + 48, w.end()) == hex_bytes({0x11, 0x00, 0x00, 0x00, 0x22, 0x00, 0x00, 0x00}));
+        auto back = std::get<grant_mr>(decode(w));
+        CHECK(back.rails == 3);
+        CHECK(back.rail_rkeys[1] == 0x22);
     }
     SECTION("deny_mr: 10 fixed bytes, then the reason") {
         CHECK(wire(deny_mr{9, 12, "no"}) == hex_bytes({0x41, 0x43, 0x02, 0x03, 0x0c, 0x00, 0x00, 0x00,  // header
@@ -237,7 +249,9 @@ TEST_CASE("decode rejects a bad header with a protocol_error naming the problem"
     }
     SECTION("body_length is not the type's size") {
         auto w = raw{}.u16(0x4341).u8(2).u8(2).u16(8).u16(0).u64(1).b;
-        CHECK(decode_error(w) == "agent message: grant_mr body is 8 bytes (expected 40)");
+        CHECK(decode_error(w) == "agent message: grant_mr body is 8 bytes (expected 40, plus 4 per rail key, at most 3)");
+        w = raw{}.u16(0x4341).u8(2).u8(2).u16(42).u16(0).u64(1).u64(1).u64(1).u64(1).u64(1).u16(0).b;
+        CHECK(decode_error(w) == "agent message: grant_mr body is 42 bytes (expected 40, plus 4 per rail key, at most 3)");
         w = raw{}.u16(0x4341).u8(2).u8(1).u16(0).u16(0).b;
         CHECK(decode_error(w) == "agent message: request_mr body is 0 bytes (expected 24)");
         w = raw{}.u16(0x4341).u8(2).u8(5).u16(11).u16(0).u16(1).u64(1).u8(0).b;
@@ -404,6 +418,17 @@ TEST_CASE("a message cut short or padded is a protocol_error at every length", "
             if (n >= 8) {
                 cut[4] = static_cast<std::byte>(n - 8);
                 cut[5] = static_cast<std::byte>((n - 8) >> 8);
+                // A grant's body length says how many rail keys follow: cut
+                // after a whole key, it is a grant with fewer.
+                if (const auto* g = std::get_if<grant_mr>(&m); g && n >= 48 && (n - 48) % 4 == 0) {
+                    grant_mr fewer = *g;
+                    fewer.rails = static_cast<std::uint8_t>(1 + (n - 48) / 4);
+                    for (std::size_t k = fewer.rails - 1; k < fewer.rail_rkeys.size(); ++k)
+                        fewer.rail_rkeys[k] = 0;
+                    REQUIRE(decode(cut) == message(fewer));
+                    ++checked;
+                    continue;
+                }
                 REQUIRE_THAT(decode_error(cut), Catch::Matchers::StartsWith("agent message: ") &&
                                                     (Catch::Matchers::Contains(" body is ") ||
                                                      Catch::Matchers::Contains("reason_length")));

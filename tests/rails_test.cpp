@@ -23,6 +23,7 @@
 #include <cordma/listener.hpp>
 #include <cordma/local_mr.hpp>
 #include <cordma/protection_domain.hpp>
+#include <cordma/remote_mr.hpp>
 #include <cordma/rpc.hpp>
 #include <cordma/stream.hpp>
 #include <cordma/sync_wait.hpp>
@@ -460,4 +461,31 @@ TEST_CASE("an rpc call over two rails reads its large request and response strip
     }
     stop.request_stop();
     serving.join();
+}
+
+TEST_CASE("the agent's grants carry their key on every rail, and writes to them stripe", "[rails]") {
+    builder server_side = rails_builder();
+    builder client_side = rails_builder();
+    client_side.stripe_threshold(64 << 10);
+    listener l = server_side.listen(test::any_port());
+    auto [server, client] = sync_wait(when_all(l.accept(), client_side.connect(l.address())));
+
+    constexpr std::size_t size = 1 << 20;
+    remote_mr granted = sync_wait(client.request_remote_mr(size));
+    CHECK(granted.all().rails == 2);
+    CHECK(granted.all().rail_rkeys[0] != 0);
+    local_mr source = client_side.pool()->allocate(size);
+    fill(source, 21);
+    local_mr back = client_side.pool()->allocate(size);
+    std::memset(back.data(), 0, size);
+    const rail_info before = client.rails()[1];
+    sync_wait([&]() -> task<void> {
+        co_await client.write(source, granted);
+        co_await client.read(back, granted);
+    }());
+    CHECK(first_difference(back, source) == -1);
+    const rail_info after = client.rails()[1];
+    CHECK(after.counters[operation_kind::write].completed - before.counters[operation_kind::write].completed == 1);
+    CHECK(after.counters[operation_kind::write].bytes - before.counters[operation_kind::write].bytes == size / 2);
+    CHECK(after.counters[operation_kind::read].completed - before.counters[operation_kind::read].completed == 1);
 }

@@ -77,6 +77,7 @@ private:
     struct grant {
         local_slice memory;            // keeps the memory alive while granted
         memory_region registration;    // its own MR: deregistering cuts the peer off
+        std::vector<memory_region> rail_registrations;  // the same on rails 1.. (builder::rails)
         std::shared_ptr<event_listener::timer> lease_timer;
     };
 

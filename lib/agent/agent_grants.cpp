@@ -149,6 +149,15 @@ std::uint64_t agent::add_grant(local_slice memory, access_flags access, std::chr
     grant g;
     g.registration = memory_region::register_memory(pool_->pd(), memory.data(), memory.size(),
                                                     access | access_flags::local_write);
+    // On each of the builder's rails too, so the peer's operations on the
+    // grant are striped (docs/rails.md).
+    const auto& rails = pool_->rail_pds();
+    for (std::size_t rail = 1; rail < rails.size() && rail <= out.rail_rkeys.size(); ++rail) {
+        g.rail_registrations.push_back(memory_region::register_memory(rails[rail], memory.data(), memory.size(),
+                                                                      access | access_flags::local_write));
+        out.rail_rkeys[rail - 1] = g.rail_registrations.back().rkey();
+    }
+    out.rails = static_cast<std::uint8_t>(1 + g.rail_registrations.size());
     std::uint64_t id = next_region_id_++;
     std::weak_ptr<agent> weak = weak_from_this();
     g.lease_timer = event_listener_->call_after(lease, [weak, id] {
@@ -191,8 +200,11 @@ remote_mr agent::to_region(const proto::grant_mr& g) {
     tally_.received.add();
     auto ended = std::make_shared<std::atomic<bool>>(false);
     held_[g.region_id] = ended;
-    return remote_mr(weak_from_this(), g.region_id,
-                     remote_slice{g.address, g.length, g.rkey, static_cast<access_flags>(g.access) & remote_bits},
+    remote_slice where{g.address, g.length, g.rkey, static_cast<access_flags>(g.access) & remote_bits};
+    where.rails = g.rails;
+    for (std::size_t i = 0; i + 1 < g.rails; ++i)
+        where.rail_rkeys[i] = g.rail_rkeys[i];
+    return remote_mr(weak_from_this(), g.region_id, where,
                          std::chrono::steady_clock::now() + std::chrono::milliseconds(g.lease_ms), std::move(ended));
 }
 

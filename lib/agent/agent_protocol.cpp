@@ -27,7 +27,9 @@ constexpr std::size_t region_body_size = 8;
 // release_mr: a u16 count, then the ids.
 constexpr std::size_t release_fixed_size = 2;
 
-static_assert(header_size + grant_body_size <= max_message_size);
+// A grant over rails: a key per rail 1.. after the fixed part.
+constexpr std::size_t max_grant_rail_keys = 3;
+static_assert(header_size + grant_body_size + 4 * max_grant_rail_keys <= max_message_size);
 static_assert(header_size + deny_fixed_size + max_reason_length <= max_message_size);
 static_assert(header_size + release_fixed_size + 8 * max_release_batch <= max_message_size);
 static_assert(max_message_size <= UINT16_MAX, "body_length is a u16");
@@ -176,7 +178,9 @@ std::string problem(const revoke_mr& m) { return region_problem("revoke_mr", m.r
 std::string problem(const ack&) { return {}; }
 
 std::size_t body_size(const request_mr&) noexcept { return request_body_size; }
-std::size_t body_size(const grant_mr&) noexcept { return grant_body_size; }
+std::size_t body_size(const grant_mr& m) noexcept {
+    return grant_body_size + 4 * static_cast<std::size_t>(m.rails > 1 ? m.rails - 1 : 0);
+}
 std::size_t body_size(const deny_mr& m) noexcept { return deny_fixed_size + m.reason.size(); }
 std::size_t body_size(const return_mr&) noexcept { return region_body_size; }
 std::size_t body_size(const release_mr& m) noexcept { return release_fixed_size + 8 * m.region_ids.size(); }
@@ -198,6 +202,8 @@ void write_body(byte_writer& w, const grant_mr& m) noexcept {
     w.u32(m.rkey);
     w.u32(m.lease_ms);
     w.u32(m.access);
+    for (std::size_t i = 0; i + 1 < m.rails; ++i)
+        w.u32(m.rail_rkeys[i]);
 }
 void write_body(byte_writer& w, const deny_mr& m) noexcept {
     w.u32(m.request_id);
@@ -261,6 +267,19 @@ message decode_fixed(byte_reader& r, message_type type, std::size_t body_length,
     if (body_length != expected)
         fail(std::string(to_string(type)) + " body is " + dec(body_length) + " bytes (expected " + dec(expected) + ")");
     return checked(read_body<T>(r));
+}
+
+message decode_grant(byte_reader& r, std::size_t body_length) {
+    // The fixed part, then a key per rail 1.. of the owner's (0 to 3).
+    std::size_t keys = (body_length - grant_body_size) / 4;
+    if (body_length < grant_body_size || (body_length - grant_body_size) % 4 != 0 || keys > max_grant_rail_keys)
+        fail("grant_mr body is " + dec(body_length) + " bytes (expected " + dec(grant_body_size) +
+             ", plus 4 per rail key, at most " + dec(max_grant_rail_keys) + ")");
+    grant_mr m = read_body<grant_mr>(r);
+    for (std::size_t i = 0; i < keys; ++i)
+        m.rail_rkeys[i] = r.u32();
+    m.rails = static_cast<std::uint8_t>(1 + keys);
+    return checked(m);
 }
 
 message decode_deny(byte_reader& r, std::size_t body_length) {
@@ -389,7 +408,7 @@ frame decode_frame(std::span<const std::byte> in) {
     auto body = [&]() -> message {
         switch (type) {
         case message_type::request_mr: return decode_fixed<request_mr>(r, type, body_length, request_body_size);
-        case message_type::grant_mr: return decode_fixed<grant_mr>(r, type, body_length, grant_body_size);
+        case message_type::grant_mr: return decode_grant(r, body_length);
         case message_type::deny_mr: return decode_deny(r, body_length);
         case message_type::return_mr: return decode_fixed<return_mr>(r, type, body_length, region_body_size);
         case message_type::release_mr: return decode_release(r, body_length);

@@ -5,6 +5,7 @@
 /// message is a protocol_error naming the problem, and the connection that
 /// sent it is closed.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -54,6 +55,10 @@ struct grant_mr {
     std::uint32_t rkey = 0;
     std::uint32_t lease_ms = 0;    // nonzero: time left from when it was sent
     std::uint32_t access = 0;      // remote access granted (same bits as request_mr)
+    // Over rails (builder::rails): the region's key on each of the owner's
+    // rails 1.. (the first rails - 1), after the fields above; 1: none.
+    std::uint8_t rails = 1;
+    std::array<std::uint32_t, 3> rail_rkeys{};
 
     bool operator==(const grant_mr&) const = default;
 };
