@@ -27,7 +27,9 @@
 //       once, waits (at most 60 s) until rail RAIL is up again (admitted
 //       again on new queue pairs), then writes and reads back the first
 //       --again bytes (default 32 MiB) once more: every byte checked, and
-//       rail RAIL must have carried writes since it came back.
+//       rail RAIL must have carried writes since it came back, and this
+//       host's rails_peer must hold as many queue pairs as before the
+//       transfer (`rdma resource show qp`: the failed rail's are gone).
 //
 // Prints each rail's state and counters. Connecting waits at most 60 s
 // (the other host may still be booting); a peer gone fails every
@@ -44,6 +46,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <cordma/builder.hpp>
 #include <cordma/connection.hpp>
@@ -88,6 +92,21 @@ builder rails_builder(std::size_t count) {
     else
         b.rails(devices);
     return b;
+}
+
+/// Queue pairs rails_peer processes hold on this host now (`rdma resource
+/// show qp`, by command name: the faults test runs one per host), or -1
+/// if the tool cannot say.
+int own_queue_pairs() {
+    FILE* out = ::popen("rdma resource show qp 2>/dev/null", "r");
+    if (out == nullptr)
+        return -1;
+    int count = 0;
+    char line[512];
+    while (std::fgets(line, sizeof line, out) != nullptr)
+        if (std::strstr(line, " comm rails_peer") != nullptr)
+            ++count;
+    return ::pclose(out) == 0 ? count : -1;
 }
 
 void print_rails(const char* who, const std::vector<rail_info>& rails) {
@@ -165,6 +184,7 @@ int write(const std::string& address, std::size_t size, const write_options& o) 
     std::memset(back.data(), 0, size);
     local_mr message = b.pool()->allocate(sizeof(remote_slice));
     connection c = sync_wait(b.connect(address));
+    const int baseline_qps = own_queue_pairs();
     long long longest_ms = 0;
     long long answer = 0;
     std::vector<rail_info> rails;  // as the transfer ended, before the server closes
@@ -278,6 +298,18 @@ int write(const std::string& address, std::size_t size, const write_options& o) 
         }
     }
     if (o.readmit >= 0) {
+        // The failed rail's queue pairs are destroyed once their last
+        // flushed request is back: bounded, polled.
+        int qps = own_queue_pairs();
+        for (auto t0 = clock_type::now(); qps != baseline_qps && clock_type::now() - t0 < std::chrono::seconds(10);
+             qps = own_queue_pairs())
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::printf("rails_peer write: %d queue pairs held after the rail came back, %d before the transfer\n", qps,
+                    baseline_qps);
+        if (baseline_qps <= 0 || qps != baseline_qps) {
+            std::printf("rails_peer write: FAILED: %d queue pairs held, not the %d of before\n", qps, baseline_qps);
+            rc = 1;
+        }
         print_rails("write (rail back)", back_rails);
         const rail_info& r = back_rails.at(static_cast<std::size_t>(o.readmit));
         if (!r.up || r.counters[operation_kind::write].completed == 0 || r.qp_num == rails.at(o.readmit).qp_num) {
