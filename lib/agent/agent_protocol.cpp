@@ -135,6 +135,8 @@ std::string problem(const grant_mr& m) {
         return "grant_mr.address " + hex(m.address) + " + length " + hex(m.length) + " overflows 64 bits";
     if (m.lease_ms == 0)
         return "grant_mr.lease_ms is 0";
+    if (m.rails < 1 || m.rails > 1 + m.rail_rkeys.size())
+        return "grant_mr.rails is " + dec(m.rails) + " (1 to " + dec(1 + m.rail_rkeys.size()) + ")";
     return access_problem("grant_mr.access", m.access);
 }
 

@@ -70,7 +70,9 @@ std::shared_ptr<runtime> make_runtime(const connection_settings& settings) {
     if (settings.pool_initial_size != 0)
         rt->pool->reserve(settings.pool_initial_size);
     rt->results_pool = memory_pool::create(pds, access_flags::local_write, 64 << 10);
-    rt->registrations = std::make_unique<registration_cache>(pds, registration_cache_capacity(settings));
+    // Each kept registration pins its pages once per rail: the bound on
+    // pinned bytes stays registration_cache_capacity's.
+    rt->registrations = std::make_unique<registration_cache>(pds, registration_cache_capacity(settings) / pds.size());
     rt->ledger = std::make_shared<agent_ledger>();
     if (!settings.metrics_endpoint.empty())
         rt->metrics = shared_metrics_endpoint(settings.metrics_endpoint);

@@ -48,6 +48,15 @@ local_mr register_local_mr(const std::vector<std::shared_ptr<protection_domain>>
         throw std::invalid_argument("register_local_mr(" + std::to_string(rails.size()) +
                                     " protection domains): give 1 to " + std::to_string(max_rails) +
                                     ", one per rail");
+    for (std::size_t i = 0; i < rails.size(); ++i) {
+        if (!rails[i])
+            throw std::invalid_argument("register_local_mr: rail " + std::to_string(i) + "'s protection domain is null");
+        for (std::size_t j = 0; j < i; ++j)
+            if (rails[j]->device()->native_handle() == rails[i]->device()->native_handle())
+                throw std::invalid_argument("register_local_mr: rails " + std::to_string(j) + " and " +
+                                            std::to_string(i) + " are both on " + rails[i]->device()->name() +
+                                            "; give one protection domain per device");
+    }
     local_mr mr = register_local_mr(rails[0], data, size, access);
     detail::mr_block& block = *mr.all().block();
     for (std::size_t rail = 1; rail < rails.size(); ++rail) {

@@ -3,6 +3,7 @@
 // what ends it early: its deadline (one timer for the earliest of the
 // calls'), its stop token, or a liveness read of the server that fails.
 #include "rpc/client_state.hpp"
+#include "connect/registration_pds.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -112,8 +113,9 @@ task<void> client_state::run(pending_call& c, std::uint32_t method, std::span<co
                 inline_bytes = request;
             } else {
                 // On every rail of the builder, so the server's read is striped.
-                c.registration = register_local_mr(builder_.pool()->rail_pds(), const_cast<std::byte*>(request.data()),
-                                                   request.size(), access_flags::remote_read);
+                c.registration = register_local_mr(cordma::detail::registration_pds(builder_, request.size()),
+                                                   const_cast<std::byte*>(request.data()), request.size(),
+                                                   access_flags::remote_read);
                 h.type = wire::frame::request_rts;
                 h.size = request.size();
                 h.addr = reinterpret_cast<std::uint64_t>(request.data());

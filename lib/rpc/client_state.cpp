@@ -3,6 +3,7 @@
 // responses), credits handed to waiting calls, and the ending of calls
 // (answered, failed, or all at once when the connection breaks).
 #include "rpc/client_state.hpp"
+#include "connect/registration_pds.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -149,7 +150,7 @@ task<void> client_state::fetch(std::uint64_t id, wire::header h) {
     std::vector<std::byte> bytes(h.size);
     std::string error;
     try {
-        local_mr into = register_local_mr(builder_.pool()->rail_pds(), bytes.data(), bytes.size(),
+        local_mr into = register_local_mr(cordma::detail::registration_pds(builder_, bytes.size()), bytes.data(), bytes.size(),
                                           access_flags::local_write);
         remote_slice from = wire::where(h);
         co_await conn_.read(into.all(), from);

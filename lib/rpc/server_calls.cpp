@@ -3,6 +3,7 @@
 // the response (inline, or lent to the client to read), with the credit
 // handed back.
 #include "rpc/server_state.hpp"
+#include "connect/registration_pds.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -122,7 +123,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
         } else if (entry != nullptr) {
             try {
                 large.reset(new std::byte[h.size]);
-                large_mr = register_local_mr(rail_pds_, large.get(), h.size, access_flags::local_write);
+                large_mr = register_local_mr(cordma::detail::registration_pds(builder_, h.size), large.get(), h.size,
+                                             access_flags::local_write);
                 remote_slice from = wire::where(h);
                 co_await s->conn.read(large_mr.all(), from);
                 payload = std::span<const std::byte>(large.get(), h.size);
@@ -210,7 +212,8 @@ task<void> server_state::run_call(std::shared_ptr<session> s, wire::header h, re
     auto lend = [&](std::vector<std::byte> bytes, std::uint32_t code) {
         try {
             lent_response lent;
-            lent.registration = register_local_mr(rail_pds_, bytes.data(), bytes.size(), access_flags::remote_read);
+            lent.registration = register_local_mr(cordma::detail::registration_pds(builder_, bytes.size()), bytes.data(),
+                                                  bytes.size(), access_flags::remote_read);
             out.type = wire::frame::response_rts;
             out.code = code;
             out.size = bytes.size();

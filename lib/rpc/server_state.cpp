@@ -31,8 +31,7 @@ void check_options(const server_options& o) {
 }  // namespace
 
 server_state::server_state(builder& b, server_options options)
-    : builder_(b), options_(std::move(options)), event_listener_(b.event_listener()), pd_(b.pd()),
-      rail_pds_(b.pool()->rail_pds()), buffers_(b.pool()) {
+    : builder_(b), options_(std::move(options)), event_listener_(b.event_listener()), pd_(b.pd()), buffers_(b.pool()) {
     check_options(options_);
     turn_tick_ = cordma::detail::event_listener_access::turn_tick(*event_listener_);
     turn_ms_ = cordma::detail::event_listener_access::turn_ms(*event_listener_);

@@ -176,9 +176,6 @@ private:
     // call's latency starts and ends (method_tally::latency).
     const std::uint64_t* turn_tick_ = nullptr;
     std::shared_ptr<protection_domain> pd_;
-    // Every rail's (builder::rails; pd_ alone without): what the server
-    // registers for a client to read, or to read into, is on each.
-    std::vector<std::shared_ptr<protection_domain>> rail_pds_;
     cordma::shared_receive_queue srq_;
     std::unique_ptr<std::byte[]> heartbeat_memory_;
     local_mr heartbeat_;

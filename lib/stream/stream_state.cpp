@@ -1,5 +1,6 @@
 // A stream's reads, writes and ends over its link (stream_state.hpp).
 #include "stream/stream_state.hpp"
+#include "connect/registration_pds.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -249,10 +250,11 @@ task<void> stream_state::write_frame(std::span<const std::byte> bytes, local_sli
         co_await link_->send(h, registered, token);
     } else {
         // From register_size up (write() sends smaller ones inline).
-        // On every rail of the builder (its pool's protection domains), so
-        // the reader's RDMA READ is striped over them.
-        local_mr source = register_local_mr(builder_.pool()->rail_pds(), const_cast<std::byte*>(bytes.data()),
-                                            bytes.size(), access_flags::remote_read);
+        // On every rail of the builder when it is large enough to stripe,
+        // so the reader's RDMA READ is striped over them.
+        local_mr source = register_local_mr(cordma::detail::registration_pds(builder_, bytes.size()),
+                                            const_cast<std::byte*>(bytes.data()), bytes.size(),
+                                            access_flags::remote_read);
         local_slice from = source.all();
         co_await link_->send(h, from, token);
     }
