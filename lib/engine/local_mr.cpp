@@ -18,6 +18,24 @@ mr_block::~mr_block() {
         pool->release(chunk, offset, reserved);
 }
 
+namespace {
+
+/// Throws std::invalid_argument, naming `call`, unless every protection
+/// domain in `rails` is there and on a device of its own (one per rail).
+void check_one_per_device(const std::string& call, const std::vector<std::shared_ptr<protection_domain>>& rails) {
+    for (std::size_t i = 0; i < rails.size(); ++i) {
+        if (!rails[i])
+            throw std::invalid_argument(call + ": rail " + std::to_string(i) + "'s protection domain is null");
+        for (std::size_t j = 0; j < i; ++j)
+            if (rails[j]->device()->native_handle() == rails[i]->device()->native_handle())
+                throw std::invalid_argument(call + ": rails " + std::to_string(j) + " and " + std::to_string(i) +
+                                            " are both on " + rails[i]->device()->name() +
+                                            "; give one protection domain per device");
+    }
+}
+
+}  // namespace
+
 }  // namespace detail
 
 local_slice local_slice::slice(std::size_t offset, std::size_t length) const {
@@ -48,15 +66,7 @@ local_mr register_local_mr(const std::vector<std::shared_ptr<protection_domain>>
         throw std::invalid_argument("register_local_mr(" + std::to_string(rails.size()) +
                                     " protection domains): give 1 to " + std::to_string(max_rails) +
                                     ", one per rail");
-    for (std::size_t i = 0; i < rails.size(); ++i) {
-        if (!rails[i])
-            throw std::invalid_argument("register_local_mr: rail " + std::to_string(i) + "'s protection domain is null");
-        for (std::size_t j = 0; j < i; ++j)
-            if (rails[j]->device()->native_handle() == rails[i]->device()->native_handle())
-                throw std::invalid_argument("register_local_mr: rails " + std::to_string(j) + " and " +
-                                            std::to_string(i) + " are both on " + rails[i]->device()->name() +
-                                            "; give one protection domain per device");
-    }
+    detail::check_one_per_device("register_local_mr", rails);
     local_mr mr = register_local_mr(rails[0], data, size, access);
     detail::mr_block& block = *mr.all().block();
     for (std::size_t rail = 1; rail < rails.size(); ++rail) {
@@ -92,15 +102,7 @@ std::shared_ptr<memory_pool> memory_pool::create(std::vector<std::shared_ptr<pro
     if (rails.empty() || rails.size() > max_rails)
         throw std::invalid_argument(call() + ": a pool needs 1 to " + std::to_string(max_rails) +
                                     " protection domains, one per rail");
-    for (std::size_t i = 0; i < rails.size(); ++i) {
-        if (!rails[i])
-            throw std::invalid_argument(call() + ": rail " + std::to_string(i) + "'s protection domain is null");
-        for (std::size_t j = 0; j < i; ++j)
-            if (rails[j]->device()->native_handle() == rails[i]->device()->native_handle())
-                throw std::invalid_argument(call() + ": rails " + std::to_string(j) + " and " + std::to_string(i) +
-                                            " are both on " + rails[i]->device()->name() +
-                                            "; give one protection domain per device");
-    }
+    detail::check_one_per_device(call(), rails);
     return std::shared_ptr<memory_pool>(new memory_pool(std::move(rails), access, chunk_size));
 }
 

@@ -111,11 +111,15 @@ void rail_rejoin::stop() noexcept {
         drop(a);
 }
 
-void rail_rejoin::drop(attempt& a) noexcept {
+void rail_rejoin::cancel_timer(attempt& a) noexcept {
     if (a.timer_set) {
         a.timer->cancel();
         a.timer_set = false;
     }
+}
+
+void rail_rejoin::drop(attempt& a) noexcept {
+    cancel_timer(a);
     a.timer.reset();
     a.mine = {};
     if (a.state) {
@@ -242,10 +246,7 @@ void rail_rejoin::try_join(std::uint8_t rail) noexcept {
 
 void rail_rejoin::arm_deadline(std::uint8_t rail, std::chrono::milliseconds limit) noexcept {
     attempt& a = rails_[rail];
-    if (a.timer_set) {
-        a.timer->cancel();
-        a.timer_set = false;
-    }
+    cancel_timer(a);
     try {
         a.timer = rt_->event_listener->call_after(limit, [self = weak_from_this(), rail, number = a.number] {
             auto s = self.lock();
@@ -343,10 +344,7 @@ void rail_rejoin::probed(std::uint8_t rail) noexcept {
         give_up(rail, "its new queue pair failed after the probe: " + a.state->broken_reason());
         return;
     }
-    if (a.timer_set) {
-        a.timer->cancel();
-        a.timer_set = false;
-    }
+    cancel_timer(a);
     state->stripes()->admit(rail, std::move(a.state), a.generation);
     a.state.reset();
     a.admitted_at = std::chrono::steady_clock::now();

@@ -130,6 +130,8 @@ private:
     void joined(const rail_message& m);
     /// The rail's new state, on this connection's listener and peer.
     std::shared_ptr<connection_state> new_state(std::uint8_t rail, std::shared_ptr<queue_pair> qp) const;
+    /// Stops the attempt's pending timer (hold-down or deadline), if any.
+    static void cancel_timer(attempt& a) noexcept;
     void drop(attempt& a) noexcept;
     std::shared_ptr<connection_state> live_state() const noexcept;
 
